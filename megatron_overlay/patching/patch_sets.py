@@ -1,0 +1,60 @@
+"""The patch sets shipped in ``patches/``: one per supported megatron-core release."""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str  # relative to the site directory, e.g. megatron/core/models/gpt/gpt_model.py
+    upstream_sha256: str
+    patched_sha256: str
+
+
+@dataclass(frozen=True)
+class PatchSet:
+    release: str  # the upstream megatron-core release, e.g. "0.13.1"
+    patch_set_id: str  # e.g. "0.13.1+overlay.1"
+    hook: str  # "backport" (pre-0.18: the hook is added) or "native" (name lookup only)
+    files: tuple[FileEntry, ...]
+    diff_text: str
+
+
+def _patches_dir():
+    try:
+        return importlib.resources.files("megatron_overlay._patches")
+    except ModuleNotFoundError:  # running from a source checkout that was never installed
+        return Path(__file__).resolve().parents[2] / "patches"
+
+
+def _version_key(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split("."))
+
+
+@lru_cache(maxsize=None)
+def supported_releases() -> tuple[str, ...]:
+    root = _patches_dir()
+    found = [entry.name for entry in root.iterdir()
+             if entry.is_dir() and entry.joinpath("manifest.json").is_file()]
+    return tuple(sorted(found, key=_version_key))
+
+
+@lru_cache(maxsize=None)
+def find_patch_set(release: str | None) -> PatchSet | None:
+    if release not in supported_releases():
+        return None
+    folder = _patches_dir().joinpath(release)
+    manifest = json.loads(folder.joinpath("manifest.json").read_text())
+    return PatchSet(
+        release=manifest["release"],
+        patch_set_id=manifest["patch_set"],
+        hook=manifest["hook"],
+        files=tuple(FileEntry(f["path"], f["upstream_sha256"], f["patched_sha256"])
+                    for f in manifest["files"]),
+        diff_text=folder.joinpath(manifest["patch"]).read_text(),
+    )

@@ -1,0 +1,1 @@
+"""Imports every built-in processor module so that each registers itself."""

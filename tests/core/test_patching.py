@@ -1,0 +1,160 @@
+"""Patch, unpatch, refuse, survive interruption: on a copy of the installed core's files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from megatron_overlay import patching
+from megatron_overlay.patching import transaction
+
+from .conftest import REPO, copy_core, tree_digest
+
+
+def test_installed_core_is_patched_by_setup(installed):
+    """The README's set-up leaves a patched core (or a native one with the name lookup)."""
+    ok, st, problems = patching.verify()
+    assert ok, problems
+    assert st.name_lookup
+    assert st.state == (patching.NATIVE if st.hook == "native" else patching.PATCHED)
+
+
+def test_round_trip_is_byte_identical(core_copy):
+    before = tree_digest(core_copy)
+    assert patching.status(core_copy).state in (patching.UNPATCHED, patching.NATIVE)
+    patched = patching.apply(core_copy)
+    assert patched.name_lookup
+    changed = {p for p, data in tree_digest(core_copy).items() if before.get(p) != data}
+    expected = {f.path for f in patching.find_patch_set(patched.release).files}
+    assert expected <= changed, "patched files did not change"
+    assert all(p in expected or ".dist-info/" in p for p in changed), changed
+    patching.revert(core_copy)
+    assert tree_digest(core_copy) == before
+
+
+def test_patching_twice_is_a_noop(core_copy):
+    patching.apply(core_copy)
+    first = tree_digest(core_copy)
+    stamps = {p: p.stat().st_mtime_ns for p in core_copy.rglob("*.py")}
+    st = patching.apply(core_copy)
+    assert st.name_lookup
+    assert tree_digest(core_copy) == first
+    assert stamps == {p: p.stat().st_mtime_ns for p in core_copy.rglob("*.py")}
+
+
+def test_modified_core_is_refused_and_left_unchanged(core_copy):
+    release = patching.status(core_copy).release
+    target = core_copy / patching.find_patch_set(release).files[0].path
+    target.write_bytes(target.read_bytes() + b"\n# a local edit\n")
+    before = tree_digest(core_copy)
+    st = patching.status(core_copy)
+    assert st.state == patching.MODIFIED
+    with pytest.raises(patching.PatchError) as err:
+        patching.apply(core_copy)
+    assert target.relative_to(core_copy).as_posix() in str(err.value)
+    assert release in str(err.value)
+    assert tree_digest(core_copy) == before
+
+
+def test_failure_midway_leaves_the_tree_unpatched(core_copy, monkeypatch):
+    before = tree_digest(core_copy)
+    real_replace = os.replace
+    calls = {"n": 0}
+
+    def failing_replace(src, dst):
+        calls["n"] += 1
+        if calls["n"] == 3:  # journal, then one file renamed, then this one fails
+            raise OSError("injected failure")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(transaction.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="injected"):
+        patching.apply(core_copy)
+    monkeypatch.undo()
+    assert calls["n"] >= 3
+    assert tree_digest(core_copy) == before
+    assert patching.status(core_copy).name_lookup is False
+
+
+def test_process_killed_midway_is_rolled_back_by_the_next_command(core_copy):
+    """A hard kill between renames leaves a journal; the next command restores upstream."""
+    before = tree_digest(core_copy)
+    script = (
+        "import os, sys\n"
+        "from megatron_overlay import patching\n"
+        "from megatron_overlay.patching import transaction\n"
+        "real, n = os.replace, [0]\n"
+        "def dying(src, dst):\n"
+        "    n[0] += 1\n"
+        "    if n[0] == 3: os._exit(9)\n"
+        "    real(src, dst)\n"
+        "transaction.os.replace = dying\n"
+        f"patching.apply({str(core_copy)!r})\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO)
+    assert proc.returncode == 9
+    assert tree_digest(core_copy) != before  # really half-way: one file renamed, journal left
+    st = patching.status(core_copy)  # recovers first
+    assert not st.name_lookup and st.state in (patching.UNPATCHED, patching.NATIVE)
+    assert tree_digest(core_copy) == before
+
+
+def test_metadata_tells_the_truth(core_copy):
+    upstream = patching.status(core_copy)
+    st = patching.apply(core_copy)
+    version = Version(st.core_version)
+    assert version.local == "overlay.1"
+    assert SpecifierSet(f"=={upstream.release}").contains(version)  # pins still hold
+    ok, _, problems = patching.verify(core_copy)
+    assert ok, problems
+    marker = json.loads(next(core_copy.glob("*.dist-info/megatron_overlay.json")).read_text())
+    assert marker["patch_set"] == st.patch_set
+
+
+def test_pip_sees_the_overlay_version_and_uninstalls_cleanly(tmp_path):
+    """pip shows X+overlay.1 and `pip uninstall` removes every file of the patched core."""
+    env_dir = tmp_path / "env"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    site = next(env_dir.glob("lib/python*/site-packages"))
+    copy_core(site)
+    patching.revert(site)
+    patching.apply(site)
+    target_py = str(env_dir / "bin" / "python")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", target_py]
+    shown = subprocess.run(pip + ["show", "megatron-core"], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "+overlay.1" in shown.stdout
+    removed = subprocess.run(pip + ["uninstall", "-y", "megatron-core"],
+                             capture_output=True, text=True)
+    assert removed.returncode == 0, removed.stderr
+    left = [p for p in site.rglob("*")
+            if p.is_file() and p.relative_to(site).parts[0].startswith("megatron")]
+    assert left == []
+
+
+def test_cli_status_json(installed):
+    proc = subprocess.run([sys.executable, "-m", "megatron_overlay.cli", "status", "--json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["release"] == installed.release
+    assert data["state"] in ("patched", "native")
+    assert data["patch_set"] == f"{installed.release}+overlay.1"
+
+
+def test_every_release_has_a_patch_set():
+    releases = patching.supported_releases()
+    for release in ["0.12.0", "0.12.3", "0.13.1", "0.14.0", "0.15.3", "0.16.1", "0.17.1",
+                    "0.18.0", "0.19.2"]:
+        assert release in releases
+    for release in releases:
+        ps = patching.find_patch_set(release)
+        assert ps.hook == ("native" if Version(release) >= Version("0.18") else "backport")
