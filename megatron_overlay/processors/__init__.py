@@ -1,4 +1,8 @@
-"""Output processors for the ``output_processor`` hook, selectable by name."""
+"""Output processors for the ``output_processor`` hook, selectable by name.
+
+Built-ins: ``"fused_logprob"``, ``"fused_ce_loss"``, ``"logits"``. Importing this package
+does not import torch; resolving a name does.
+"""
 
 from .registry import ENTRY_POINT_GROUP, available, register, resolve
 

@@ -14,7 +14,7 @@ import torch
 from megatron_overlay import patching
 
 REPO = Path(__file__).resolve().parents[2]
-WORKER = REPO / "tests" / "support" / "hook_worker.py"
+SUPPORT = REPO / "tests" / "support"
 
 
 def copy_core(dest: Path) -> Path:
@@ -57,13 +57,17 @@ def core_copy(tmp_path) -> Path:
     return tree
 
 
-def run_worker(tree: Path, tp: int, mode: str, out: Path) -> list[dict]:
-    """Run tests/support/hook_worker.py against the megatron in ``tree``."""
+def run_worker(tree: Path | None, tp: int, mode: str | None, out: Path,
+               script: str = "hook_worker.py") -> list[dict]:
+    """Run a tests/support worker (tp gloo ranks) against the megatron in ``tree``
+    (default: the installed core); returns each rank's saved results."""
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(REPO)]),
+    path = [str(tree)] if tree is not None else []
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path + [str(REPO)]),
                PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, str(WORKER), "--tp", str(tp), "--mode", mode,
-                           "--out", str(out)], env=env, capture_output=True, text=True,
-                          timeout=600)
+    args = [sys.executable, str(SUPPORT / script), "--tp", str(tp), "--out", str(out)]
+    if mode is not None:
+        args += ["--mode", mode]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return [torch.load(out / f"rank{r}.pt") for r in range(tp)]
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(tp)]

@@ -1,0 +1,167 @@
+"""Fused ``log softmax(hidden @ W.T / T)[label]`` and entropy, never materializing the logits.
+
+One autograd Function orchestrates; the stages (per-token statistics, gradients) come from
+an implementation picked by device: the chunked torch path (CPU, and the reference) or the
+Triton kernels (GPU). Vocab-parallel TP: ``weight`` is this rank's vocab shard, labels are
+global ids, and the per-token statistics of all shards are merged with one all-gather.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+import torch
+import torch.distributed as dist
+
+from . import torch_chunked
+from .params import LogprobParams
+
+IMPL_ENV = "MEGATRON_OVERLAY_IMPL"  # "torch" or "triton"; default: triton on CUDA
+
+
+def _triton_impl() -> ModuleType | None:
+    try:
+        from .kernels import triton_impl
+    except ImportError:
+        return None
+    return triton_impl
+
+
+def pick_impl(device: torch.device) -> ModuleType:
+    """The stage implementation for ``device`` (override with $MEGATRON_OVERLAY_IMPL)."""
+    wanted = os.environ.get(IMPL_ENV, "").strip().lower()
+    if wanted == "torch":
+        return torch_chunked
+    if wanted == "triton" or device.type == "cuda":
+        impl = _triton_impl()
+        if impl is not None:
+            return impl
+        if wanted == "triton":
+            raise RuntimeError(f"{IMPL_ENV}=triton but Triton is not importable; "
+                               f"`pip install triton` or unset {IMPL_ENV}")
+    return torch_chunked
+
+
+def merge_stats(stats: torch.Tensor, tp_group) -> torch.Tensor:
+    """Combine per-shard [N, 4] statistics into global ones with a single collective."""
+    world = dist.get_world_size(tp_group)
+    flat = torch.empty((world * stats.shape[0], stats.shape[1]), dtype=stats.dtype,
+                       device=stats.device)
+    dist.all_gather_into_tensor(flat, stats.contiguous(), group=tp_group)
+    gathered = flat.view(world, *stats.shape)
+    row_max = gathered[:, :, 0].max(dim=0).values
+    weights = torch.exp(gathered[:, :, 0] - row_max)  # [world, N]
+    merged = torch.stack([
+        row_max,
+        (gathered[:, :, 1] * weights).sum(0),
+        (gathered[:, :, 2] * weights).sum(0),
+        gathered[:, :, 3].sum(0),
+    ], dim=1)
+    return merged
+
+
+def _local_labels(labels: torch.Tensor, vocab_start: int, local_vocab: int,
+                  ignore_index: int) -> torch.Tensor:
+    """Index into this shard, or -1 where the label lives elsewhere or is ignored."""
+    local = labels - vocab_start
+    outside = (local < 0) | (local >= local_vocab) | (labels == ignore_index)
+    return torch.where(outside, torch.full_like(local, -1), local)
+
+
+class LinearLogprobEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, params: LogprobParams, tp_group):
+        impl = pick_impl(hidden.device)
+        tp = tp_group is not None and dist.get_world_size(tp_group) > 1
+        vocab_start = dist.get_rank(tp_group) * weight.shape[0] if tp else 0
+        local_labels = _local_labels(labels, vocab_start, weight.shape[0], params.ignore_index)
+        inv_t = params.inv_temperature
+        stats = impl.forward_stats(hidden, weight, local_labels, inv_t, params.return_entropy)
+        if tp:
+            stats = merge_stats(stats, tp_group)
+        row_max, sum_exp, sum_exp_z, z_label = stats.unbind(1)
+        lse = row_max + torch.log(sum_exp)
+        valid = labels != params.ignore_index
+        log_probs = torch.where(valid, z_label - lse, torch.zeros_like(lse))
+        mean_z = None
+        entropy = None
+        if params.return_entropy:
+            mean_z = sum_exp_z / sum_exp
+            entropy = torch.where(valid, lse - mean_z, torch.zeros_like(lse))
+
+        ctx.params, ctx.tp_group, ctx.tp, ctx.impl = params, tp_group, tp, impl
+        if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive
+            ctx.save_for_backward(hidden, weight, local_labels, lse, mean_z, valid)
+        return log_probs, entropy
+
+    @staticmethod
+    def backward(ctx, grad_log_probs, grad_entropy):
+        hidden, weight, local_labels, lse, mean_z, valid = ctx.saved_tensors
+        zero = torch.zeros_like(lse)
+        g_lp = torch.where(valid, grad_log_probs.float(), zero) if grad_log_probs is not None \
+            else zero
+        g_h = None
+        if ctx.params.return_entropy and grad_entropy is not None:
+            g_h = torch.where(valid, grad_entropy.float(), zero)
+        d_hidden, d_weight = ctx.impl.backward(
+            hidden, weight, local_labels, ctx.params.inv_temperature, lse, mean_z, g_lp, g_h)
+        if ctx.tp:  # each shard holds part of d_hidden: complete it on every rank
+            dist.all_reduce(d_hidden, group=ctx.tp_group)
+        d_hidden = d_hidden.to(hidden.dtype) if ctx.needs_input_grad[0] else None
+        d_weight = d_weight.to(weight.dtype) if ctx.needs_input_grad[1] else None
+        return d_hidden, d_weight, None, None, None
+
+
+def linear_logprob_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
+                           *, temperature: float = 1.0, return_entropy: bool = True,
+                           ignore_index: int = -100, tp_group=None):
+    """Per-token log-prob of ``labels`` and entropy under ``softmax(hidden @ weight.T / T)``.
+
+    hidden [N, H], weight [V_local, H] (this rank's vocab shard when ``tp_group`` is given;
+    shards in rank order), labels [N] global ids (``ignore_index`` allowed). Returns
+    ``(log_probs [N] fp32, entropy [N] fp32 or None)``; ignored tokens get 0 and no
+    gradient. The gradient w.r.t. ``hidden`` is complete on every rank.
+    """
+    params = LogprobParams(temperature=temperature, return_entropy=return_entropy,
+                           ignore_index=ignore_index)
+    world = dist.get_world_size(tp_group) if tp_group is not None else 1
+    validate_inputs(hidden, weight, labels, params, vocab_size=weight.shape[0] * world)
+    return LinearLogprobEntropy.apply(hidden, weight, labels, params, tp_group)
+
+
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def validate_inputs(hidden, weight, labels, params: LogprobParams, vocab_size: int) -> None:
+    """Shapes, dtypes, devices and label range; errors name the argument and the fix."""
+    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
+        raise ValueError(f"hidden must be a 2-D [tokens, hidden] tensor, got "
+                         f"{tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden)}")
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise ValueError("weight must be a 2-D [vocab, hidden] tensor")
+    if hidden.dtype not in _FLOAT_DTYPES or weight.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"hidden and weight must be float32, bfloat16 or float16, got "
+                        f"{hidden.dtype} and {weight.dtype}")
+    if hidden.dtype != weight.dtype:
+        raise TypeError(f"hidden ({hidden.dtype}) and weight ({weight.dtype}) must share a "
+                        f"dtype; cast one, e.g. hidden.to(weight.dtype)")
+    if hidden.shape[1] != weight.shape[1]:
+        raise ValueError(f"hidden size mismatch: hidden is {tuple(hidden.shape)}, weight is "
+                         f"{tuple(weight.shape)}; weight must be [vocab, {hidden.shape[1]}]")
+    if not isinstance(labels, torch.Tensor) or labels.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"labels must be an int64 tensor of token ids, got "
+                        f"{labels.dtype if isinstance(labels, torch.Tensor) else type(labels)}")
+    if labels.shape != hidden.shape[:1]:
+        raise ValueError(f"labels must have shape [{hidden.shape[0]}] (one id per token), got "
+                         f"{tuple(labels.shape)}")
+    if labels.device != hidden.device or weight.device != hidden.device:
+        raise ValueError(f"hidden ({hidden.device}), weight ({weight.device}) and labels "
+                         f"({labels.device}) must be on one device")
+    if labels.numel():
+        kept = labels[labels != params.ignore_index]
+        if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= vocab_size):
+            raise ValueError(
+                f"labels out of range: ids must lie in [0, {vocab_size}) or equal "
+                f"ignore_index={params.ignore_index}; got min {int(kept.min())}, max "
+                f"{int(kept.max())}. Mask padding with ignore_index")

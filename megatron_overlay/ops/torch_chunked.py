@@ -1,0 +1,76 @@
+"""The chunked torch implementation of the fused log-prob/entropy stages (CPU, reference).
+
+Tokens x vocab tiles, fp32 accumulation, online log-sum-exp: memory O(N + TOKEN_CHUNK x
+VOCAB_CHUNK), never O(N x V). Backward recomputes each tile's logits.
+
+Stage contract, shared with the Triton kernels (ops/kernels/):
+  forward_stats(hidden [N,H], weight [V,H], local_labels [N] (index into this vocab shard,
+      or -1), inv_temperature, with_entropy) -> [N, 4] fp32 per-token statistics of
+      z = (hidden @ weight.T) * inv_temperature over this shard:
+      (max z, sum exp(z - max), sum exp(z - max) * z, z[label] or 0)
+  backward(hidden, weight, local_labels, inv_temperature, lse [N], mean_z [N] or None,
+      grad_logprob [N], grad_entropy [N] or None) -> (d_hidden [N,H] fp32 partial over
+      this shard, d_weight [V,H] fp32)
+"""
+
+from __future__ import annotations
+
+import torch
+
+# A tile of TOKEN_CHUNK x VOCAB_CHUNK fp32 logits is 16 MiB: big enough for an efficient
+# CPU matmul, small enough that peak memory does not grow with N or V.
+TOKEN_CHUNK = 1024
+VOCAB_CHUNK = 4096
+
+
+def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+                  inv_temperature: float, with_entropy: bool,
+                  token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK) -> torch.Tensor:
+    n_tokens, vocab = hidden.shape[0], weight.shape[0]
+    stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=hidden.device)
+    stats[:, 0] = float("-inf")
+    for n0 in range(0, n_tokens, token_chunk):
+        h = hidden[n0:n0 + token_chunk].float()
+        labels = local_labels[n0:n0 + token_chunk]
+        row_max, sum_exp, sum_exp_z, z_label = stats[n0:n0 + token_chunk].unbind(1)
+        for v0 in range(0, vocab, vocab_chunk):
+            z = (h @ weight[v0:v0 + vocab_chunk].float().T) * inv_temperature
+            new_max = torch.maximum(row_max, z.max(dim=1).values)
+            rescale = torch.exp(row_max - new_max)
+            e = torch.exp(z - new_max[:, None])
+            sum_exp.mul_(rescale).add_(e.sum(dim=1))
+            if with_entropy:
+                sum_exp_z.mul_(rescale).add_((e * z).sum(dim=1))
+            row_max.copy_(new_max)
+            in_tile = (labels >= v0) & (labels < v0 + z.shape[1])
+            picked = z.gather(1, (labels - v0).clamp(0, z.shape[1] - 1)[:, None]).squeeze(1)
+            z_label.add_(torch.where(in_tile, picked, torch.zeros_like(picked)))
+    return stats
+
+
+def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+             inv_temperature: float, lse: torch.Tensor, mean_z: torch.Tensor | None,
+             grad_logprob: torch.Tensor, grad_entropy: torch.Tensor | None,
+             token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK):
+    """d/dz log p[y] = 1[j=y] - p_j;  d/dz H = -p_j (z_j - E_p[z]);  dz/d(logit) = 1/T."""
+    n_tokens, vocab = hidden.shape[0], weight.shape[0]
+    d_hidden = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
+    d_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+    for n0 in range(0, n_tokens, token_chunk):
+        sl = slice(n0, n0 + token_chunk)
+        h = hidden[sl].float()
+        labels, g_lp, row_lse = local_labels[sl], grad_logprob[sl], lse[sl]
+        for v0 in range(0, vocab, vocab_chunk):
+            w = weight[v0:v0 + vocab_chunk].float()
+            z = (h @ w.T) * inv_temperature
+            p = torch.exp(z - row_lse[:, None])
+            grad_z = -p * g_lp[:, None]
+            if grad_entropy is not None:
+                grad_z -= grad_entropy[sl, None] * p * (z - mean_z[sl, None])
+            in_tile = (labels >= v0) & (labels < v0 + z.shape[1])
+            rows = in_tile.nonzero().squeeze(1)
+            grad_z[rows, labels[rows] - v0] += g_lp[rows]
+            grad_z *= inv_temperature
+            d_hidden[sl] += grad_z @ w
+            d_weight[v0:v0 + vocab_chunk] += grad_z.T @ h
+    return d_hidden, d_weight

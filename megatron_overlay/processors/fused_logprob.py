@@ -1,0 +1,155 @@
+"""``"fused_logprob"``: per-token log-probs and entropy at the output layer, no logits.
+
+    out = model(input_ids, position_ids, attention_mask, labels=labels,
+                output_processor="fused_logprob",
+                output_processor_context={"temperature": 0.7})
+    out.log_probs   # [b, s] fp32: log softmax(logits / T)[label]
+    out.entropy     # [b, s] fp32: entropy of softmax(logits / T)
+
+Also ``"fused_ce_loss"`` (per-token cross-entropy for SFT, through the same op). Both are
+plain callables with megatron-core 0.18's hook signature, so they also work on an
+upstream 0.18+ core without the overlay (pass the function instead of its name).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from ..ops.linear_logprob import LinearLogprobEntropy, validate_inputs
+from ..ops.params import LogprobParams
+from .registry import register
+
+
+@dataclass
+class FusedLogprobOutput:
+    """Per-token results, [b, s] like the logits path's loss; attribute and item access."""
+
+    log_probs: torch.Tensor
+    entropy: torch.Tensor | None = None
+    hidden_states: torch.Tensor | None = None  # the [s, b, h] hidden states the hook received
+
+    def __getitem__(self, key: str):
+        if key not in self.keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def keys(self):
+        return [f.name for f in fields(self)]
+
+    def items(self):
+        return [(k, getattr(self, k)) for k in self.keys()]
+
+    def __iter__(self):
+        return iter(self.keys())
+
+
+def _tp_group(output_layer):
+    group = getattr(output_layer, "tp_group", None)
+    if group is not None:
+        return group
+    from megatron.core import parallel_state
+
+    return parallel_state.get_tensor_model_parallel_group()
+
+
+def _logit_scale(scale_logits, like: torch.Tensor) -> float:
+    """The factor ``scale_logits`` multiplies logits by (MuP's output multiplier, or 1).
+
+    0.18 scales the materialized logits; the fused op folds the same factor into the
+    temperature instead. Probed on a tiny tensor; anything but a plain multiplication
+    is refused rather than silently ignored.
+    """
+    probe = torch.tensor([1.0, 2.0], dtype=torch.float32, device=like.device)
+    scaled = scale_logits(probe)
+    factor = float(scaled[0])
+    if not torch.allclose(scaled, probe * factor):
+        raise ValueError("scale_logits is not a plain multiplication; the fused processors "
+                         "support MuP output scaling only")
+    return factor
+
+
+def _run_fused(hidden_states, output_layer, output_weight, labels, config, scale_logits,
+               params: LogprobParams):
+    """[s, b, h] hidden (SP shard or full) -> log-probs and entropy, [b, s] fp32."""
+    from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
+
+    weight = output_weight if output_weight is not None else output_layer.weight
+    group = _tp_group(output_layer)
+    tp = torch.distributed.get_world_size(group) if group is not None else 1
+    if getattr(output_layer, "sequence_parallel", False) and tp > 1:
+        # As ColumnParallelLinear gathers along s. The op's d_hidden is already complete on
+        # every rank, so the backward of this gather only splits it (no reduce-scatter).
+        hidden_states = gather_from_sequence_parallel_region(
+            hidden_states, tensor_parallel_output_grad=False, group=group)
+    seq, batch = hidden_states.shape[:2]
+    if labels.shape != (batch, seq):
+        raise ValueError(f"labels must be [batch, seq] = [{batch}, {seq}] to match the hidden "
+                         f"states, got {tuple(labels.shape)}")
+    if hidden_states.dtype != weight.dtype:
+        raise TypeError(f"hidden states ({hidden_states.dtype}) and output weight "
+                        f"({weight.dtype}) dtypes differ")
+    factor = _logit_scale(scale_logits, hidden_states)
+    if factor != 1.0:
+        params = LogprobParams(temperature=params.temperature / factor,
+                               return_entropy=params.return_entropy,
+                               ignore_index=params.ignore_index)
+    flat_hidden = hidden_states.reshape(seq * batch, hidden_states.shape[-1])  # s-major view
+    flat_labels = labels.transpose(0, 1).reshape(seq * batch)
+    validate_inputs(flat_hidden, weight, flat_labels, params, vocab_size=weight.shape[0] * tp)
+    log_probs, entropy = LinearLogprobEntropy.apply(
+        flat_hidden, weight, flat_labels, params, group if tp > 1 else None)
+    as_bs = lambda t: None if t is None else t.view(seq, batch).transpose(0, 1)  # noqa: E731
+    return as_bs(log_probs), as_bs(entropy)
+
+
+def _require_labels(labels, name: str, instead: str):
+    if labels is None:
+        raise ValueError(f"{name} needs labels: pass labels=<[batch, seq] next-token ids> to "
+                         f"the model's forward, {instead}")
+
+
+@register("fused_logprob")
+def fused_logprob(
+    *, hidden_states, output_layer, output_weight, labels, loss_mask, input_ids,
+    position_ids, attention_mask, decoder_input, inference_context, packed_seq_params,
+    runtime_gather_output, context, compute_language_model_loss, scale_logits, config,
+) -> FusedLogprobOutput:
+    """Log-probs of ``labels`` and entropy under softmax(logits / temperature), fused.
+
+    context: None, a mapping or an object with ``temperature`` (default 1.0),
+    ``return_entropy`` (default True) and ``ignore_index`` (default -100).
+    """
+    params = LogprobParams.from_context(context)
+    _require_labels(labels, "fused_logprob",
+                    "or use output_processor='logits' (or none) to get the logits")
+    log_probs, entropy = _run_fused(hidden_states, output_layer, output_weight, labels,
+                                    config, scale_logits, params)
+    return FusedLogprobOutput(log_probs=log_probs, entropy=entropy, hidden_states=hidden_states)
+
+
+@register("fused_ce_loss")
+def fused_ce_loss(
+    *, hidden_states, output_layer, output_weight, labels, loss_mask, input_ids,
+    position_ids, attention_mask, decoder_input, inference_context, packed_seq_params,
+    runtime_gather_output, context, compute_language_model_loss, scale_logits, config,
+) -> torch.Tensor:
+    """Per-token cross-entropy [b, s] fp32 (times ``loss_mask`` when given), for SFT.
+
+    The same as the default path's loss at temperature 1; context may set ``temperature``
+    and ``ignore_index``. Entropy is not computed.
+    """
+    base = LogprobParams.from_context(context)
+    params = LogprobParams(temperature=base.temperature, return_entropy=False,
+                           ignore_index=base.ignore_index)
+    _require_labels(labels, "fused_ce_loss", "or use output_processor='logits' for logits")
+    log_probs, _ = _run_fused(hidden_states, output_layer, output_weight, labels, config,
+                              scale_logits, params)
+    loss = -log_probs
+    if loss_mask is not None:
+        if loss_mask.shape != loss.shape:
+            raise ValueError(f"loss_mask must be [batch, seq] = {list(loss.shape)}, got "
+                             f"{list(loss_mask.shape)}")
+        loss = loss * loss_mask.to(loss.dtype)
+    return loss

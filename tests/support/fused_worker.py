@@ -1,0 +1,123 @@
+"""Run the built-in processors on the tiny GPTModel and save what the tests compare.
+
+    python fused_worker.py --tp 2 --out DIR
+
+For SP off/on (on only when tp > 1) x tied/untied, on the same weights and batch:
+``"fused_logprob"`` (by name, temperature 0.7) and a reference processor that materializes
+the logits through the output layer, gathers the vocab shards and takes
+``log_softmax(logits / T)``; each followed by backward of the same random combination of
+log-probs and entropy. Also ``"fused_ce_loss"`` vs the default per-token loss, and
+``"logits"`` vs the default logits. Saves ``DIR/rank{r}.pt``, with the messages of the
+errors that bad inputs raise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from tests.support import gpt_cpu  # noqa: E402
+
+TEMPERATURE = 0.7
+
+
+def reference_logprob(*, hidden_states, output_layer, output_weight, labels, context,
+                      scale_logits, **_):
+    """log_softmax(default logits / T) gathered at the labels, and the entropy, in fp32."""
+    from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
+
+    logits, _ = output_layer(hidden_states, weight=output_weight, runtime_gather_output=False)
+    logits = gather_from_tensor_model_parallel_region(scale_logits(logits))
+    logp = torch.log_softmax(logits.float() / context["temperature"], dim=-1)  # [s, b, v]
+    picked = logp.gather(-1, labels.transpose(0, 1).unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return {"log_probs": picked.transpose(0, 1), "entropy": entropy.transpose(0, 1)}
+
+
+def step(model, cfg, processor, context, coeffs):
+    input_ids, position_ids, mask, labels, _ = gpt_cpu.batch(cfg)
+    out = model(input_ids, position_ids, mask, labels=labels, output_processor=processor,
+                output_processor_context=context)
+    loss = (out["log_probs"] * coeffs[0]).sum() + (out["entropy"] * coeffs[1]).sum()
+    loss.backward()
+    gpt_cpu.finalize_grads(model)
+    result = {"log_probs": out["log_probs"].detach().clone(),
+              "entropy": out["entropy"].detach().clone(), "grads": gpt_cpu.grads(model)}
+    model.zero_grad(set_to_none=True)
+    return result
+
+
+def run_config(cfg: gpt_cpu.ModelConfig, results: dict) -> None:
+    model = gpt_cpu.build_model(cfg)
+    gen = torch.Generator().manual_seed(7)
+    coeffs = (torch.randn(cfg.batch, cfg.seq, generator=gen),
+              torch.randn(cfg.batch, cfg.seq, generator=gen))
+    context = {"temperature": TEMPERATURE}
+    results[f"{cfg.name}/fused"] = step(model, cfg, "fused_logprob", context, coeffs)
+    results[f"{cfg.name}/reference"] = step(model, cfg, reference_logprob, context, coeffs)
+
+    input_ids, position_ids, mask, labels, loss_mask = gpt_cpu.batch(cfg)
+    loss_mask[:, :3] = 0
+    with torch.no_grad():
+        default_loss = model(input_ids, position_ids, mask, labels=labels)
+        fused_loss = model(input_ids, position_ids, mask, labels=labels, loss_mask=loss_mask,
+                           output_processor="fused_ce_loss")
+        default_logits = model(input_ids, position_ids, mask)
+        named_logits = model(input_ids, position_ids, mask, output_processor="logits")
+    results[f"{cfg.name}/ce"] = (default_loss * loss_mask, fused_loss)
+    results[f"{cfg.name}/logits"] = (default_logits, named_logits)
+
+
+def collect_errors(cfg: gpt_cpu.ModelConfig) -> dict:
+    model = gpt_cpu.build_model(cfg)
+    input_ids, position_ids, mask, labels, _ = gpt_cpu.batch(cfg)
+    cases = {
+        "no_labels": dict(labels=None, ctx={"temperature": 1.0}),
+        "zero_temperature": dict(labels=labels, ctx={"temperature": 0.0}),
+        "nan_temperature": dict(labels=labels, ctx={"temperature": float("nan")}),
+        "str_temperature": dict(labels=labels, ctx={"temperature": "hot"}),
+        "label_too_big": dict(labels=labels.clone().fill_(cfg.vocab + 5), ctx=None),
+        "label_negative": dict(labels=labels.clone().fill_(-3), ctx=None),
+        "label_shape": dict(labels=labels[:, :-1], ctx=None),
+        "label_dtype": dict(labels=labels.float(), ctx=None),
+        "unknown_name": dict(labels=labels, ctx=None, processor="no_such_processor"),
+    }
+    errors = {}
+    for name, case in cases.items():
+        try:
+            model(input_ids, position_ids, mask, labels=case["labels"],
+                  output_processor=case.get("processor", "fused_logprob"),
+                  output_processor_context=case["ctx"])
+            errors[name] = ("no error", "")
+        except (ValueError, TypeError) as err:
+            errors[name] = (type(err).__name__, str(err))
+    return errors
+
+
+def worker(rank: int, world: int, port: int, out: str) -> None:
+    gpt_cpu.init_distributed(rank, world, port, world)
+    results: dict = {}
+    for sp in ([False, True] if world > 1 else [False]):
+        for tied in (True, False):
+            run_config(gpt_cpu.ModelConfig(tp=world, sp=sp, tied=tied), results)
+    results["errors"] = collect_errors(gpt_cpu.ModelConfig(tp=world))
+    torch.save(results, os.path.join(out, f"rank{rank}.pt"))
+    gpt_cpu.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    mp.spawn(worker, args=(args.tp, gpt_cpu.free_port(), args.out), nprocs=args.tp, join=True)
+
+
+if __name__ == "__main__":
+    main()
