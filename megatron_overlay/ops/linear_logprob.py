@@ -50,15 +50,13 @@ def merge_stats(stats: torch.Tensor, tp_group) -> torch.Tensor:
                        device=stats.device)
     dist.all_gather_into_tensor(flat, stats.contiguous(), group=tp_group)
     gathered = flat.view(world, *stats.shape)
-    row_max = gathered[:, :, 0].max(dim=0).values
-    weights = torch.exp(gathered[:, :, 0] - row_max)  # [world, N]
-    merged = torch.stack([
-        row_max,
-        (gathered[:, :, 1] * weights).sum(0),
-        (gathered[:, :, 2] * weights).sum(0),
-        gathered[:, :, 3].sum(0),
-    ], dim=1)
-    return merged
+    shard_max, sum_exp, sum_exp_shifted, z_label = gathered.unbind(2)  # each [world, N]
+    row_max = shard_max.max(dim=0).values
+    weights = torch.exp(shard_max - row_max)
+    # each shard's t is relative to its own max: move it to the global one
+    moved = sum_exp_shifted + sum_exp * (shard_max - row_max)
+    return torch.stack([row_max, (sum_exp * weights).sum(0), (moved * weights).sum(0),
+                        z_label.sum(0)], dim=1)
 
 
 def _local_labels(labels: torch.Tensor, vocab_start: int, local_vocab: int,
@@ -80,15 +78,17 @@ class LinearLogprobEntropy(torch.autograd.Function):
         stats = impl.forward_stats(hidden, weight, local_labels, inv_t, params.return_entropy)
         if tp:
             stats = merge_stats(stats, tp_group)
-        row_max, sum_exp, sum_exp_z, z_label = stats.unbind(1)
-        lse = row_max + torch.log(sum_exp)
+        row_max, sum_exp, sum_exp_shifted, z_label = stats.unbind(1)
+        log_sum_exp = torch.log(sum_exp)
+        lse = row_max + log_sum_exp
         valid = labels != params.ignore_index
         log_probs = torch.where(valid, z_label - lse, torch.zeros_like(lse))
         mean_z = None
         entropy = None
         if params.return_entropy:
-            mean_z = sum_exp_z / sum_exp
-            entropy = torch.where(valid, lse - mean_z, torch.zeros_like(lse))
+            mean_shifted = sum_exp_shifted / sum_exp  # E[z] - max z
+            mean_z = row_max + mean_shifted
+            entropy = torch.where(valid, log_sum_exp - mean_shifted, torch.zeros_like(lse))
 
         ctx.params, ctx.tp_group, ctx.tp, ctx.impl = params, tp_group, tp, impl
         if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive

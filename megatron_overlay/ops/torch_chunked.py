@@ -7,7 +7,9 @@ Stage contract, shared with the Triton kernels (ops/kernels/):
   forward_stats(hidden [N,H], weight [V,H], local_labels [N] (index into this vocab shard,
       or -1), inv_temperature, with_entropy) -> [N, 4] fp32 per-token statistics of
       z = (hidden @ weight.T) * inv_temperature over this shard:
-      (max z, sum exp(z - max), sum exp(z - max) * z, z[label] or 0)
+      (m = max z, s = sum exp(z - m), t = sum exp(z - m) * (z - m), z[label] or 0);
+      t is taken relative to the max so that entropy = log s - t / s has no cancellation
+      between two large numbers (lse and E[z]) at low temperatures
   backward(hidden, weight, local_labels, inv_temperature, lse [N], mean_z [N] or None,
       grad_logprob [N], grad_entropy [N] or None) -> (d_hidden [N,H] fp32 partial over
       this shard, d_weight [V,H] fp32)
@@ -37,10 +39,14 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
             z = (h @ weight[v0:v0 + vocab_chunk].float().T) * inv_temperature
             new_max = torch.maximum(row_max, z.max(dim=1).values)
             rescale = torch.exp(row_max - new_max)
-            e = torch.exp(z - new_max[:, None])
-            sum_exp.mul_(rescale).add_(e.sum(dim=1))
+            shifted = z - new_max[:, None]
+            e = torch.exp(shifted)
             if with_entropy:
-                sum_exp_z.mul_(rescale).add_((e * z).sum(dim=1))
+                # t' = r (t + s (m - m')): moving the reference point from m to m'
+                moved = torch.where(sum_exp > 0, sum_exp * (row_max - new_max),
+                                    torch.zeros_like(sum_exp))
+                sum_exp_z.add_(moved).mul_(rescale).add_((e * shifted).sum(dim=1))
+            sum_exp.mul_(rescale).add_(e.sum(dim=1))
             row_max.copy_(new_max)
             in_tile = (labels >= v0) & (labels < v0 + z.shape[1])
             picked = z.gather(1, (labels - v0).clamp(0, z.shape[1] - 1)[:, None]).squeeze(1)

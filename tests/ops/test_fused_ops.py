@@ -1,0 +1,185 @@
+"""The fused log-prob/entropy op (chunked torch path) against an fp64 materialized reference."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from megatron_overlay.ops import LogprobParams, linear_logprob_entropy, torch_chunked
+
+IGNORE = -100
+
+
+def reference(hidden, weight, labels, temperature, ignore_index=IGNORE):
+    """fp64, materialized logits: (log_probs, entropy), ignored tokens -> 0."""
+    z = (hidden.double() @ weight.double().T) / temperature
+    logp = torch.log_softmax(z, dim=-1)
+    valid = labels != ignore_index
+    picked = logp.gather(1, torch.where(valid, labels, 0)[:, None]).squeeze(1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    zero = torch.zeros_like(picked)
+    return torch.where(valid, picked, zero), torch.where(valid, entropy, zero)
+
+
+def make(n, h, v, dtype=torch.float32, seed=0, ignore_every=0):
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, h, generator=gen).to(dtype)
+    weight = (torch.randn(v, h, generator=gen) / h ** 0.5 * 4).to(dtype)
+    labels = torch.randint(0, v, (n,), generator=gen)
+    if ignore_every:
+        labels[::ignore_every] = IGNORE
+    return hidden, weight, labels
+
+
+def run_both(hidden, weight, labels, temperature, return_entropy=True, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    c_lp, c_ent = torch.randn(len(labels), generator=gen), torch.randn(len(labels), generator=gen)
+    h1, w1 = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    lp, ent = linear_logprob_entropy(h1, w1, labels, temperature=temperature,
+                                     return_entropy=return_entropy, ignore_index=IGNORE)
+    loss = (lp * c_lp).sum() + ((ent * c_ent).sum() if ent is not None else 0)
+    loss.backward()
+    h2, w2 = hidden.double().requires_grad_(), weight.double().requires_grad_()
+    rlp, rent = reference(h2, w2, labels, temperature)
+    rloss = (rlp * c_lp.double()).sum() + ((rent * c_ent.double()).sum() if return_entropy else 0)
+    rloss.backward()
+    return (lp, ent, h1.grad, w1.grad), (rlp, rent, h2.grad, w2.grad)
+
+
+def rel_err(got, ref):
+    return ((got.double() - ref).abs().max() / ref.abs().max().clamp(min=1e-30)).item()
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+def test_fp32_matches_fp64_reference(temperature):
+    hidden, weight, labels = make(257, 48, 9000, ignore_every=11)
+    (lp, ent, dh, dw), (rlp, rent, rdh, rdw) = run_both(hidden, weight, labels, temperature)
+    assert lp.dtype == ent.dtype == torch.float32
+    assert (lp.double() - rlp).abs().max() <= 1e-5
+    assert (ent.double() - rent).abs().max() <= 1e-5
+    assert rel_err(dh, rdh) <= 1e-5
+    assert rel_err(dw, rdw) <= 1e-5
+
+
+def test_bf16_inputs_within_bf16_tolerance():
+    hidden, weight, labels = make(100, 64, 5000, dtype=torch.bfloat16)
+    (lp, ent, dh, dw), (rlp, rent, rdh, rdw) = run_both(hidden, weight, labels, 0.7)
+    assert dh.dtype == dw.dtype == torch.bfloat16
+    assert (lp.double() - rlp).abs().max() <= 2e-2
+    assert (ent.double() - rent).abs().max() <= 2e-2
+    assert rel_err(dh, rdh) <= 2e-2 and rel_err(dw, rdw) <= 2e-2
+
+
+def test_ignored_tokens_get_zero_and_no_gradient():
+    hidden, weight, labels = make(40, 16, 300)
+    labels[5] = labels[17] = IGNORE
+    h = hidden.clone().requires_grad_()
+    lp, ent = linear_logprob_entropy(h, weight, labels, temperature=0.9)
+    assert lp[5] == 0 and lp[17] == 0 and ent[5] == 0 and ent[17] == 0
+    (lp.sum() + ent.sum()).backward()
+    assert torch.all(h.grad[5] == 0) and torch.all(h.grad[17] == 0)
+    assert h.grad[6].abs().sum() > 0
+
+
+def test_return_entropy_false_skips_entropy(monkeypatch):
+    hidden, weight, labels = make(30, 16, 500)
+    seen = []
+    real = torch_chunked.forward_stats
+
+    def spy(*args, **kwargs):
+        seen.append(args[4])  # with_entropy
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch_chunked, "forward_stats", spy)
+    (lp, ent, dh, dw), (rlp, _, rdh, rdw) = run_both(hidden, weight, labels, 1.3,
+                                                     return_entropy=False)
+    assert ent is None and seen == [False]
+    assert (lp.double() - rlp).abs().max() <= 1e-5
+    assert rel_err(dh, rdh) <= 1e-5 and rel_err(dw, rdw) <= 1e-5
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 70), h=st.integers(1, 24), v=st.integers(1, 300),
+       token_chunk=st.sampled_from([1, 7, 64]), vocab_chunk=st.sampled_from([1, 13, 128, 4096]),
+       temperature=st.sampled_from([0.5, 1.0, 2.0]), seed=st.integers(0, 10_000))
+def test_chunking_never_changes_the_result(n, h, v, token_chunk, vocab_chunk, temperature, seed):
+    """Any N (incl. 1), V not a multiple of the chunk, V < chunk: same stats and grads."""
+    hidden, weight, labels = make(n, h, v, seed=seed)
+    labels = torch.where(labels % 5 == 0, torch.full_like(labels, -1), labels)  # other shard
+    inv_t = 1.0 / temperature
+    stats = torch_chunked.forward_stats(hidden, weight, labels, inv_t, True,
+                                        token_chunk=token_chunk, vocab_chunk=vocab_chunk)
+    z = (hidden.double() @ weight.double().T) * inv_t
+    row_max = z.max(1).values
+    e = torch.exp(z - row_max[:, None])
+    expected = torch.stack([row_max, e.sum(1), (e * (z - row_max[:, None])).sum(1),
+                            torch.where(labels >= 0, z.gather(1, labels.clamp(min=0)[:, None])
+                                        .squeeze(1), torch.zeros_like(row_max))], 1)
+    torch.testing.assert_close(stats.double(), expected, rtol=1e-5, atol=1e-5)
+    close = lambda a, b: (a - b).abs().max() <= 1e-5 * max(1.0, b.abs().max())  # noqa: E731
+
+    lse = (row_max + e.sum(1).log()).float()
+    mean_z = ((e * z).sum(1) / e.sum(1)).float()
+    lse, mean_z = lse.reshape(n), mean_z.reshape(n)
+    g_lp, g_h = torch.randn(n), torch.randn(n)
+    dh, dw = torch_chunked.backward(hidden, weight, labels, inv_t, lse, mean_z, g_lp, g_h,
+                                    token_chunk=token_chunk, vocab_chunk=vocab_chunk)
+    dh_ref, dw_ref = torch_chunked.backward(hidden, weight, labels, inv_t, lse, mean_z, g_lp,
+                                            g_h, token_chunk=10 ** 6, vocab_chunk=10 ** 6)
+    assert close(dh, dh_ref) and close(dw, dw_ref)
+
+
+def test_forward_memory_does_not_grow_with_vocab():
+    """Peak of the forward beyond its inputs: O(N + chunk), not O(N x V)."""
+    peaks = {}
+    for vocab in (8192, 32768):
+        hidden, weight, labels = make(2048, 32, vocab)
+        tracemalloc.start()
+        with torch.no_grad():
+            linear_logprob_entropy(hidden, weight, labels)
+        peaks[vocab] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    logits_bytes = 2048 * 32768 * 4
+    assert peaks[32768] < logits_bytes / 4
+
+
+@pytest.mark.parametrize("kwargs, error, text", [
+    (dict(temperature=0.0), ValueError, "temperature must be finite and > 0"),
+    (dict(temperature=-1.0), ValueError, "temperature must be finite and > 0"),
+    (dict(temperature=float("inf")), ValueError, "temperature must be finite and > 0"),
+    (dict(temperature=None), TypeError, "temperature must be a float"),
+    (dict(return_entropy="yes"), TypeError, "return_entropy must be a bool"),
+    (dict(ignore_index=1.5), TypeError, "ignore_index must be an int"),
+])
+def test_bad_options_raise(kwargs, error, text):
+    hidden, weight, labels = make(4, 8, 16)
+    with pytest.raises(error, match=text):
+        linear_logprob_entropy(hidden, weight, labels, **kwargs)
+
+
+@pytest.mark.parametrize("mutate, error, text", [
+    (lambda h, w, y: (h[:, :-1], w, y), ValueError, "hidden size mismatch"),
+    (lambda h, w, y: (h[0], w, y), ValueError, "hidden must be a 2-D"),
+    (lambda h, w, y: (h.double(), w.double(), y), TypeError, "float32, bfloat16 or float16"),
+    (lambda h, w, y: (h.bfloat16(), w, y), TypeError, "must share a dtype"),
+    (lambda h, w, y: (h, w, y.float()), TypeError, "labels must be an int64"),
+    (lambda h, w, y: (h, w, y[:-1]), ValueError, "labels must have shape"),
+    (lambda h, w, y: (h, w, y + 16), ValueError, "labels out of range"),
+    (lambda h, w, y: (h, w, y - 20), ValueError, "labels out of range"),
+])
+def test_bad_inputs_raise(mutate, error, text):
+    hidden, weight, labels = mutate(*make(4, 8, 16))
+    with pytest.raises(error, match=text):
+        linear_logprob_entropy(hidden, weight, labels)
+
+
+def test_params_from_context_forms():
+    assert LogprobParams.from_context(None) == LogprobParams()
+    assert LogprobParams.from_context({"temperature": 0.5}).temperature == 0.5
+    obj = type("Ctx", (), {"temperature": 2.0, "return_entropy": False})()
+    params = LogprobParams.from_context(obj)
+    assert params.temperature == 2.0 and params.return_entropy is False
