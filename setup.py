@@ -21,13 +21,14 @@ setup(
         "torch>=2.1",
         "megatron-core>=0.12.0,<0.20",
         "packaging",
+        "tqdm",  # the demo's progress bar
     ],
     extras_require={
         # never required: megatron-core runs its local spec without them
         "te": ["transformer-engine"],
         "flash-attn": ["flash-attn"],
         "gpu": ["triton>=3.0"],
-        "test": ["pytest>=7", "hypothesis>=6", "tqdm"],
+        "test": ["pytest>=7", "hypothesis>=6"],
     },
     entry_points={"console_scripts": ["megatron-overlay=megatron_overlay.cli:main"]},
     classifiers=[
