@@ -51,7 +51,10 @@ def test_postprocess_and_schedule_plan_carry_the_hook_like_018():
         from megatron.core.models.common.model_chunk_schedule_plan import (
             TransformerModelChunkSchedulePlan,
         )
-        from megatron.core.models.gpt.fine_grained_callables import PostProcessNode
+        try:
+            from megatron.core.models.gpt.fine_grained_callables import PostProcessNode
+        except ImportError:  # 0.19 moved it
+            from megatron.core.models.common.utils import PostProcessNode
 
         for func in (gpt.build_schedule_plan, TransformerModelChunkSchedulePlan.__init__):
             params = _params(func)
