@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ..support import gpt_cpu
 from .conftest import run_worker
 
 TOL = 1e-5
@@ -22,10 +23,19 @@ def _configs(rank: dict) -> list[str]:
 
 
 def test_every_configuration_ran(fused_runs):
-    tp = len(fused_runs)
-    expected = 2 if tp == 1 else 4  # tied/untied (x SP off/on at TP=2)
+    expected = sorted(cfg.name for cfg in gpt_cpu.configs(len(fused_runs)))
+    assert len(expected) >= 3
     for rank in fused_runs:
-        assert len(_configs(rank)) == expected
+        assert _configs(rank) == expected
+
+
+def test_mup_output_scaling_is_honoured(fused_runs):
+    """On a MuP config (0.17+) the logits are scaled; fused must still equal the default."""
+    mup = [name for name in _configs(fused_runs[0]) if name.endswith("-mup")]
+    if not mup:
+        pytest.skip("this core has no MuP (use_mup arrived in 0.17)")
+    for rank in fused_runs:
+        assert rank[f"{mup[0]}/logit_scale"] not in (None, 1.0)
 
 
 def test_fused_logprob_matches_log_softmax_of_the_logits(fused_runs):
@@ -50,6 +60,18 @@ def test_every_parameter_gradient_matches(fused_runs):
                 assert diff <= TOL * scale, f"{name} {param}: {diff}"
 
 
+def test_packed_thd_hidden_states_work_as_given(fused_runs):
+    """[t, 1, h] hidden (an SP shard of it at TP=2), labels [1, t]: values and d_hidden."""
+    for rank in fused_runs:
+        packed = [k for k in rank if k.endswith("/packed")]
+        assert packed
+        for key in packed:
+            (lp, ent, dh), (rlp, rent, rdh) = rank[key]["fused"], rank[key]["reference"]
+            assert lp.shape == rlp.shape == (1, rlp.shape[1])
+            assert (lp - rlp).abs().max() <= TOL and (ent - rent).abs().max() <= TOL
+            assert (dh - rdh).abs().max() <= TOL * max(1.0, rdh.abs().max().item()), key
+
+
 def test_fused_ce_loss_matches_the_default_loss(fused_runs):
     for rank in fused_runs:
         for name in _configs(rank):
@@ -60,6 +82,8 @@ def test_fused_ce_loss_matches_the_default_loss(fused_runs):
 def test_logits_processor_is_the_default_path(fused_runs):
     for rank in fused_runs:
         for name in _configs(rank):
+            if "-mtp" in name:  # pre-0.17 MTP needs labels: no logits-only forward
+                continue
             default, named = rank[f"{name}/logits"]
             assert torch.equal(default, named), name
 
@@ -84,3 +108,21 @@ def test_bad_input_raises_a_clear_error(fused_runs, case):
         got_kind, message = rank["errors"][case]
         assert got_kind == kind, message
         assert text in message
+
+
+def test_builtins_are_plain_callables_on_an_upstream_native_core(fused_runs, trees,
+                                                                 tmp_path_factory):
+    """On 0.18+ without the overlay's name lookup, passing the functions gives the same."""
+    from megatron_overlay import patching
+
+    if patching.status(trees["upstream"]).state != patching.NATIVE:
+        pytest.skip("an upstream pre-0.18 core has no hook at all")
+    tp = len(fused_runs)
+    upstream = run_worker(trees["upstream"], tp, "callable",
+                          tmp_path_factory.mktemp(f"callable-tp{tp}"), script="fused_worker.py")
+    for named, plain in zip(fused_runs, upstream):
+        for name in _configs(named):
+            assert torch.equal(named[f"{name}/fused"]["log_probs"],
+                               plain[f"{name}/fused"]["log_probs"])
+            assert torch.equal(named[f"{name}/fused"]["entropy"],
+                               plain[f"{name}/fused"]["entropy"])

@@ -53,13 +53,57 @@ def step(model, cfg, processor, context, coeffs):
     return result
 
 
-def run_config(cfg: gpt_cpu.ModelConfig, results: dict) -> None:
+def processor(name: str, by_callable: bool):
+    """A built-in by name, or (--callable) the plain function, as on an upstream 0.18 core
+    without the overlay's name lookup."""
+    if not by_callable:
+        return name
+    from megatron_overlay.processors import fused_logprob, logits
+
+    return {"fused_logprob": fused_logprob.fused_logprob,
+            "fused_ce_loss": fused_logprob.fused_ce_loss, "logits": logits.logits}[name]
+
+
+def packed_case(model, cfg) -> dict:
+    """THD-style [t, 1, h] hidden states (an SP shard of them at TP > 1), labels [1, t],
+    straight into the processors: fused vs reference, values and input gradients."""
+    from megatron.core import parallel_state
+
+    tp = parallel_state.get_tensor_model_parallel_world_size()
+    rank = parallel_state.get_tensor_model_parallel_rank()
+    tokens = cfg.seq * cfg.batch
+    gen = torch.Generator().manual_seed(11)
+    full = torch.randn(tokens, 1, cfg.hidden, generator=gen)
+    labels = torch.randint(0, cfg.vocab, (1, tokens), generator=gen)
+    shard = full.chunk(tp)[rank] if cfg.sp else full
+    weight = model.shared_embedding_or_output_weight() if cfg.tied else None
+    common = dict(
+        output_layer=model.output_layer, output_weight=weight, labels=labels, loss_mask=None,
+        input_ids=None, position_ids=None, attention_mask=None, decoder_input=None,
+        inference_context=None, packed_seq_params=None, runtime_gather_output=None,
+        context={"temperature": TEMPERATURE},
+        compute_language_model_loss=model.compute_language_model_loss,
+        scale_logits=getattr(model, "_scale_logits", lambda logits: logits),
+        config=model.config)
+    out = {}
+    for name, fn in (("fused", processor("fused_logprob", True)),
+                     ("reference", reference_logprob)):
+        hidden = shard.clone().requires_grad_()
+        res = fn(hidden_states=hidden, **common)
+        (res["log_probs"].sum() * 0.3 + res["entropy"].sum() * 0.7).backward()
+        out[name] = (res["log_probs"].detach(), res["entropy"].detach(), hidden.grad)
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+def run_config(cfg: gpt_cpu.ModelConfig, results: dict, by_callable: bool = False) -> None:
     model = gpt_cpu.build_model(cfg)
     gen = torch.Generator().manual_seed(7)
     coeffs = (torch.randn(cfg.batch, cfg.seq, generator=gen),
               torch.randn(cfg.batch, cfg.seq, generator=gen))
     context = {"temperature": TEMPERATURE}
-    results[f"{cfg.name}/fused"] = step(model, cfg, "fused_logprob", context, coeffs)
+    results[f"{cfg.name}/fused"] = step(model, cfg, processor("fused_logprob", by_callable),
+                                        context, coeffs)
     results[f"{cfg.name}/reference"] = step(model, cfg, reference_logprob, context, coeffs)
 
     input_ids, position_ids, mask, labels, loss_mask = gpt_cpu.batch(cfg)
@@ -67,11 +111,17 @@ def run_config(cfg: gpt_cpu.ModelConfig, results: dict) -> None:
     with torch.no_grad():
         default_loss = model(input_ids, position_ids, mask, labels=labels)
         fused_loss = model(input_ids, position_ids, mask, labels=labels, loss_mask=loss_mask,
-                           output_processor="fused_ce_loss")
-        default_logits = model(input_ids, position_ids, mask)
-        named_logits = model(input_ids, position_ids, mask, output_processor="logits")
+                           output_processor=processor("fused_ce_loss", by_callable))
     results[f"{cfg.name}/ce"] = (default_loss * loss_mask, fused_loss)
-    results[f"{cfg.name}/logits"] = (default_logits, named_logits)
+    if not cfg.mtp_layers:  # pre-0.17 MTP asserts that labels are given
+        with torch.no_grad():
+            default_logits = model(input_ids, position_ids, mask)
+            named_logits = model(input_ids, position_ids, mask,
+                                 output_processor=processor("logits", by_callable))
+        results[f"{cfg.name}/logits"] = (default_logits, named_logits)
+        results[f"{cfg.name}/packed"] = packed_case(model, cfg)
+    results[f"{cfg.name}/logit_scale"] = getattr(model.config, "mup_output_mult", None) \
+        if cfg.mup else None
 
 
 def collect_errors(cfg: gpt_cpu.ModelConfig) -> dict:
@@ -100,13 +150,13 @@ def collect_errors(cfg: gpt_cpu.ModelConfig) -> dict:
     return errors
 
 
-def worker(rank: int, world: int, port: int, out: str) -> None:
+def worker(rank: int, world: int, port: int, out: str, by_callable: bool) -> None:
     gpt_cpu.init_distributed(rank, world, port, world)
     results: dict = {}
-    for sp in ([False, True] if world > 1 else [False]):
-        for tied in (True, False):
-            run_config(gpt_cpu.ModelConfig(tp=world, sp=sp, tied=tied), results)
-    results["errors"] = collect_errors(gpt_cpu.ModelConfig(tp=world))
+    for cfg in gpt_cpu.configs(world):
+        run_config(cfg, results, by_callable)
+    if not by_callable:
+        results["errors"] = collect_errors(gpt_cpu.ModelConfig(tp=world))
     torch.save(results, os.path.join(out, f"rank{rank}.pt"))
     gpt_cpu.shutdown()
 
@@ -115,8 +165,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--mode", choices=["by-name", "callable"], default="by-name")
     args = parser.parse_args()
-    mp.spawn(worker, args=(args.tp, gpt_cpu.free_port(), args.out), nprocs=args.tp, join=True)
+    mp.spawn(worker, args=(args.tp, gpt_cpu.free_port(), args.out, args.mode == "callable"),
+             nprocs=args.tp, join=True)
 
 
 if __name__ == "__main__":

@@ -36,10 +36,26 @@ class ModelConfig:
     batch: int = BATCH
     dtype: torch.dtype = torch.float32
     mtp_layers: int = 0
+    mup: bool = False
 
     @property
     def name(self) -> str:
-        return f"tp{self.tp}-sp{int(self.sp)}-{'tied' if self.tied else 'untied'}"
+        return (f"tp{self.tp}-sp{int(self.sp)}-{'tied' if self.tied else 'untied'}"
+                + (f"-mtp{self.mtp_layers}" if self.mtp_layers else "")
+                + ("-mup" if self.mup else ""))
+
+
+def configs(tp: int) -> list[ModelConfig]:
+    """What the equivalence tests cover: SP off/on (on needs TP > 1) x tied/untied, plus MTP,
+    plus MuP where the core has it (0.17+)."""
+    out = [ModelConfig(tp=tp, sp=sp, tied=tied)
+           for sp in ([False, True] if tp > 1 else [False]) for tied in (True, False)]
+    out.append(ModelConfig(tp=tp, sp=False, tied=True, mtp_layers=1))  # MTP norms: no SP on CPU
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    if "use_mup" in TransformerConfig.__dataclass_fields__:
+        out.append(ModelConfig(tp=tp, sp=tp > 1, tied=False, mup=True))
+    return out
 
 
 def free_port() -> int:
@@ -103,8 +119,10 @@ def transformer_config(cfg: ModelConfig):
         params_dtype=cfg.dtype, bf16=cfg.dtype == torch.bfloat16,
         pipeline_dtype=cfg.dtype,
     )
+    if cfg.mup:  # MuP: logits scaled by mup_output_mult = 1 / width_mult = 1/4 here
+        kwargs.update(use_mup=True, mup_base_hidden_size=cfg.hidden // 4)
     if cfg.mtp_layers:
-        kwargs["mtp_num_layers"] = cfg.mtp_layers
+        kwargs.update(mtp_num_layers=cfg.mtp_layers, mtp_loss_scaling_factor=0.1)
     return TransformerConfig(**kwargs)
 
 
