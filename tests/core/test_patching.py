@@ -129,11 +129,14 @@ def test_pip_sees_the_overlay_version_and_uninstalls_cleanly(tmp_path):
     patching.apply(site)
     target_py = str(env_dir / "bin" / "python")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", target_py]
-    shown = subprocess.run(pip + ["show", "megatron-core"], capture_output=True, text=True)
+    # no PYTHONPATH: pip must see the throwaway environment's core, not one on the path
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    shown = subprocess.run(pip + ["show", "megatron-core"], capture_output=True, text=True,
+                           env=env)
     assert shown.returncode == 0, shown.stderr
     assert "+overlay.1" in shown.stdout
     removed = subprocess.run(pip + ["uninstall", "-y", "megatron-core"],
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, env=env)
     assert removed.returncode == 0, removed.stderr
     left = [p for p in site.rglob("*")
             if p.is_file() and p.relative_to(site).parts[0].startswith("megatron")]
