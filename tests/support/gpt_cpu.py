@@ -1,4 +1,5 @@
-"""Run megatron-core's real GPTModel on CPU with gloo (test-only shims, never shipped).
+"""Run megatron-core's real GPTModel on CPU with gloo (test-only shims, never shipped);
+also used on GPUs by tools/tp_check.py.
 
 What megatron needs on a machine without a GPU (see ../shared/notes/megatron-on-cpu.md):
 ``torch.cuda.current_device()`` must answer "cpu"; the RNG tracker must be the inference
@@ -68,14 +69,20 @@ def apply_cpu_shims() -> None:
     torch.cuda.current_device = lambda: "cpu"  # megatron allocates on current_device()
 
 
-def init_distributed(rank: int, world_size: int, port: int, tp: int) -> None:
+def init_distributed(rank: int, world_size: int, port: int, tp: int,
+                     device: str = "cpu") -> None:
+    """gloo on CPU (with the CPU shims); NCCL, one GPU per rank, on CUDA."""
     from megatron.core import parallel_state
 
-    apply_cpu_shims()
-    torch.set_num_threads(1)  # bit-exact repeatability across runs
+    if device == "cpu":
+        apply_cpu_shims()
+        torch.set_num_threads(1)  # bit-exact repeatability across runs
+    else:
+        torch.cuda.set_device(rank)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    dist.init_process_group("gloo" if device == "cpu" else "nccl", rank=rank,
+                            world_size=world_size)
     parallel_state.initialize_model_parallel(tp, 1)
 
 
