@@ -231,10 +231,10 @@ def _require_patch_set(current: Status) -> PatchSet:
 def apply(site: str | os.PathLike | None = None) -> Status:
     """Patch the core. Idempotent; all-or-nothing; refuses unknown or modified files."""
     current = status(site)
-    if current.state in (PATCHED,) or (current.state == NATIVE and current.name_lookup):
+    if current.name_lookup:  # patched already (or native with the lookup): nothing to do
         return current
     if current.state == NATIVE and find_patch_set(current.release) is None:
-        return current
+        return current  # a native release the overlay has no patch set for
     patch_set = _require_patch_set(current)
     core = locate(site)
     _check_writable(core, patch_set)

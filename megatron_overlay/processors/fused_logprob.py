@@ -70,7 +70,7 @@ def _logit_scale(scale_logits, like: torch.Tensor) -> float:
     return factor
 
 
-def _run_fused(hidden_states, output_layer, output_weight, labels, config, scale_logits,
+def _run_fused(hidden_states, output_layer, output_weight, labels, scale_logits,
                params: LogprobParams):
     """[s, b, h] hidden (SP shard or full) -> log-probs and entropy, [b, s] fp32."""
     from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
@@ -125,7 +125,7 @@ def fused_logprob(
     _require_labels(labels, "fused_logprob",
                     "or use output_processor='logits' (or none) to get the logits")
     log_probs, entropy = _run_fused(hidden_states, output_layer, output_weight, labels,
-                                    config, scale_logits, params)
+                                    scale_logits, params)
     return FusedLogprobOutput(log_probs=log_probs, entropy=entropy, hidden_states=hidden_states)
 
 
@@ -144,7 +144,7 @@ def fused_ce_loss(
     params = LogprobParams(temperature=base.temperature, return_entropy=False,
                            ignore_index=base.ignore_index)
     _require_labels(labels, "fused_ce_loss", "or use output_processor='logits' for logits")
-    log_probs, _ = _run_fused(hidden_states, output_layer, output_weight, labels, config,
+    log_probs, _ = _run_fused(hidden_states, output_layer, output_weight, labels,
                               scale_logits, params)
     loss = -log_probs
     if loss_mask is not None:

@@ -36,8 +36,24 @@ def test_round_trip_is_byte_identical(core_copy):
     expected = {f.path for f in patching.find_patch_set(patched.release).files}
     assert expected <= changed, "patched files did not change"
     assert all(p in expected or ".dist-info/" in p for p in changed), changed
+    _assert_bytecode_fresh(core_copy, expected)
     patching.revert(core_copy)
     assert tree_digest(core_copy) == before
+    _assert_bytecode_fresh(core_copy, expected)
+
+
+def _assert_bytecode_fresh(root, paths):
+    """Each touched module's cached .pyc matches its source (mtime and size in the header)."""
+    import importlib.util
+    import struct
+
+    for rel in paths:
+        source = root / rel
+        pyc = importlib.util.cache_from_source(str(source))
+        header = open(pyc, "rb").read(16)
+        flags, mtime, size = struct.unpack("<4xIII", header)
+        assert flags == 0  # timestamp-based
+        assert mtime == int(source.stat().st_mtime) & 0xFFFFFFFF and size == source.stat().st_size
 
 
 def test_patching_twice_is_a_noop(core_copy):
