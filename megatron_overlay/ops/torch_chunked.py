@@ -36,21 +36,23 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
         labels = local_labels[n0:n0 + token_chunk]
         row_max, sum_exp, sum_exp_z, z_label = stats[n0:n0 + token_chunk].unbind(1)
         for v0 in range(0, vocab, vocab_chunk):
-            z = (h @ weight[v0:v0 + vocab_chunk].float().T) * inv_temperature
+            z = h @ weight[v0:v0 + vocab_chunk].float().T
+            z.mul_(inv_temperature)
+            in_tile = (labels >= v0) & (labels < v0 + z.shape[1])
+            picked = z.gather(1, (labels - v0).clamp(0, z.shape[1] - 1)[:, None]).squeeze(1)
+            z_label.add_(torch.where(in_tile, picked, torch.zeros_like(picked)))
             new_max = torch.maximum(row_max, z.max(dim=1).values)
             rescale = torch.exp(row_max - new_max)
-            shifted = z - new_max[:, None]
+            shifted = z.sub_(new_max[:, None])  # in place: two tiles alive at most
             e = torch.exp(shifted)
             if with_entropy:
                 # t' = r (t + s (m - m')): moving the reference point from m to m'
                 moved = torch.where(sum_exp > 0, sum_exp * (row_max - new_max),
                                     torch.zeros_like(sum_exp))
-                sum_exp_z.add_(moved).mul_(rescale).add_((e * shifted).sum(dim=1))
+                tile_t = torch.bmm(e.unsqueeze(1), shifted.unsqueeze(2)).view(-1)
+                sum_exp_z.add_(moved).mul_(rescale).add_(tile_t)
             sum_exp.mul_(rescale).add_(e.sum(dim=1))
             row_max.copy_(new_max)
-            in_tile = (labels >= v0) & (labels < v0 + z.shape[1])
-            picked = z.gather(1, (labels - v0).clamp(0, z.shape[1] - 1)[:, None]).squeeze(1)
-            z_label.add_(torch.where(in_tile, picked, torch.zeros_like(picked)))
     return stats
 
 

@@ -1,0 +1,102 @@
+"""Kernel configurations and budgets, in one place.
+
+The defaults were picked by ``tools/bench_fused_logprob.py --sweep`` on one H200 (Triton
+3.6, 2026-11-29; docs/BENCHMARKS.md has the numbers). ``CANDIDATES`` lists what that sweep
+tries. Nothing here autotunes at run time: a sweep costs minutes of compilation, and a
+training step should not pay it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+# The forward writes one [N, 4] fp32 slab of per-token statistics per vocab split; the
+# splits are merged on the host. 32 MiB holds 64 splits at N = 32768 and keeps the forward's
+# extra memory O(N) (the issue's target: <= 64 MiB at N = 32768).
+PARTIAL_STATS_BUDGET_BYTES = 32 << 20
+
+# The backward materializes d(logits) for one vocab chunk at a time, [N, V_chunk] in the
+# input dtype, for cuBLAS's two gradient GEMMs. 2 GiB: 1-2 chunks at N = 8192, V = 152k
+# (bf16); each extra chunk costs one read+write of the fp32 d_hidden ([N, H], small).
+GRAD_CHUNK_BUDGET_BYTES = 2 << 30
+
+# Multiprocessors assumed under TRITON_INTERPRET=1 (there are none): small, so that the
+# interpreter tests exercise several vocab splits and their merge.
+INTERPRETER_NUM_SMS = 4
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    block_m: int
+    block_v: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    group_m: int = 16       # token tiles walked before moving along vocab (L2 reuse)
+    loop: int = 0           # forward: 0 nested, 1 flatten=True, 2 hand-flattened
+    #                         backward: 0 plain loops, 1 flatten=True (persistent grid)
+    warp_specialize: bool = False
+    persistent: bool = True  # backward only: NUM_SMS programs striding over the tiles
+
+    def name(self) -> str:
+        ws = "ws" if self.warp_specialize else "nows"
+        return (f"{self.block_m}x{self.block_v}x{self.block_k}-w{self.num_warps}"
+                f"-s{self.num_stages}-g{self.group_m}-l{self.loop}-{ws}"
+                f"{'' if self.persistent else '-np'}")
+
+
+# Hopper, 16-bit inputs, TMA loads: a 128 x 256 fp32 accumulator over 2 warpgroups (128
+# registers a thread), 3 stages of 48 KiB in shared memory.
+# Sweep at N=8192, H=4096, V=151936: 13.40 ms (group_m 8) / 13.98 (16) vs cuBLAS 13.78;
+# flatten=True 16.3, hand-flattened 15.3 (it spills), 4 stages 14.4, 128x128 w4 15.1.
+FORWARD_16BIT = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8, loop=0)
+# All backward candidates took 44.0-45.9 ms there (cuBLAS's two GEMMs are 28.3 of it);
+# plain loops: no register spills (flatten=True spills 232 bytes at this tile).
+BACKWARD_16BIT = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, loop=0)
+# fp32 inputs (3xTF32 dots): half the columns, half the K step, same shared memory.
+FORWARD_FP32 = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, loop=0)
+BACKWARD_FP32 = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, loop=0)
+# Pre-Hopper GPUs and unaligned tensors: pointer loads (cp.async pipelining).
+FORWARD_PORTABLE = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, loop=0)
+BACKWARD_PORTABLE = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, loop=0)
+# Triton's interpreter: small tiles, so tiny test shapes still span several tiles of
+# every kind (partial last tiles in N, V and H).
+INTERPRETER = KernelConfig(16, 32, 16, num_warps=4, num_stages=1, group_m=2, loop=0)
+
+FORWARD_CANDIDATES = [
+    FORWARD_16BIT,
+    replace(FORWARD_16BIT, group_m=16),
+    replace(FORWARD_16BIT, warp_specialize=True),
+    replace(FORWARD_16BIT, loop=1),
+    replace(FORWARD_16BIT, loop=2),
+    replace(FORWARD_16BIT, num_stages=4),
+    KernelConfig(128, 128, 64, num_warps=4, num_stages=4),
+    KernelConfig(128, 128, 64, num_warps=8, num_stages=4, loop=2),
+    KernelConfig(256, 128, 64, num_warps=8, num_stages=3),
+]
+BACKWARD_CANDIDATES = [
+    BACKWARD_16BIT,
+    replace(BACKWARD_16BIT, loop=1),
+    replace(BACKWARD_16BIT, loop=1, warp_specialize=True),
+    replace(BACKWARD_16BIT, persistent=False, loop=0),
+    KernelConfig(128, 128, 64, num_warps=4, num_stages=4, loop=1),
+    KernelConfig(256, 128, 64, num_warps=8, num_stages=3, loop=1),
+]
+
+
+def forward_config(dtype: torch.dtype, use_tma: bool, interpret: bool) -> KernelConfig:
+    if interpret:
+        return INTERPRETER
+    if not use_tma:
+        return FORWARD_PORTABLE
+    return FORWARD_FP32 if dtype == torch.float32 else FORWARD_16BIT
+
+
+def backward_config(dtype: torch.dtype, use_tma: bool, interpret: bool) -> KernelConfig:
+    if interpret:
+        return INTERPRETER
+    if not use_tma:
+        return BACKWARD_PORTABLE
+    return BACKWARD_FP32 if dtype == torch.float32 else BACKWARD_16BIT

@@ -1,0 +1,113 @@
+"""The Triton stages on a CUDA GPU against the chunked torch reference (skipped without one).
+
+Moderate shapes (a few hundred tokens, a few thousand vocab entries, partial tiles in
+every dimension); both the TMA path (Hopper) and the pointer path; bf16, fp16, fp32.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU (the Triton kernels' GPU path); the interpreter tests in "
+                "test_triton_interpreter.py cover the math on CPU", allow_module_level=True)
+triton = pytest.importorskip("triton", reason="Triton is not installed")
+
+from megatron_overlay.ops import linear_logprob_entropy, torch_chunked  # noqa: E402
+from megatron_overlay.ops.kernels import triton_impl  # noqa: E402
+
+INV_T = 1.0 / 0.7
+# (fp32 stats tolerance, gradient tolerance relative to the largest |reference| entry):
+# 16-bit dtypes round d(logits) once to the input dtype before the gradient GEMMs.
+TOL = {torch.float32: (2e-4, 1e-4), torch.bfloat16: (2e-4, 2e-2), torch.float16: (2e-4, 4e-3)}
+
+
+def _inputs(n, h, v, dtype, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    hidden = torch.randn(n, h, device="cuda", generator=g).to(dtype)
+    weight = (torch.randn(v, h, device="cuda", generator=g) * (2.0 / h ** 0.5)).to(dtype)
+    labels = torch.randint(0, v, (n,), device="cuda", generator=g)
+    labels[::5] = -1
+    return hidden, weight, labels
+
+
+def _tma_modes():
+    modes = [False]
+    if torch.cuda.get_device_capability()[0] >= 9:
+        modes.append(True)
+    return modes
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("entropy", [True, False])
+@pytest.mark.parametrize("use_tma", _tma_modes())
+@pytest.mark.parametrize("shape", [(300, 264, 5003), (1, 128, 1000), (1029, 512, 20000)])
+def test_stages_match_torch(dtype, entropy, use_tma, shape):
+    n, h, v = shape
+    hidden, weight, labels = _inputs(n, h, v, dtype)
+    ref = torch_chunked.forward_stats(hidden, weight, labels, INV_T, entropy)
+    got = triton_impl.forward_stats(hidden, weight, labels, INV_T, entropy, use_tma=use_tma)
+    stats_tol, grad_tol = TOL[dtype]
+    torch.testing.assert_close(got, ref, atol=stats_tol, rtol=stats_tol)
+
+    lse = ref[:, 0] + ref[:, 1].log()
+    mean_z = ref[:, 0] + ref[:, 2] / ref[:, 1] if entropy else None
+    g = torch.Generator(device="cuda").manual_seed(1)
+    g_lp = torch.randn(n, device="cuda", generator=g)
+    g_ent = torch.randn(n, device="cuda", generator=g) if entropy else None
+    ref_dh, ref_dw = torch_chunked.backward(hidden, weight, labels, INV_T, lse, mean_z, g_lp, g_ent)
+    dh, dw = triton_impl.backward(hidden, weight, labels, INV_T, lse, mean_z, g_lp, g_ent,
+                                  use_tma=use_tma)
+    assert dh.dtype == dw.dtype == torch.float32
+    for got_t, ref_t in ((dh, ref_dh), (dw, ref_dw)):
+        err = (got_t - ref_t).abs().max() / ref_t.abs().max()
+        assert err < grad_tol, f"gradient error {err:.2e} > {grad_tol}"
+
+
+def test_vocab_chunks_match_one_chunk():
+    """The backward's vocab chunking (memory budget) does not change the result."""
+    hidden, weight, labels = _inputs(257, 256, 9000, torch.bfloat16)
+    stats = triton_impl.forward_stats(hidden, weight, labels, INV_T, True)
+    lse = stats[:, 0] + stats[:, 1].log()
+    mean_z = stats[:, 0] + stats[:, 2] / stats[:, 1]
+    g_lp, g_ent = torch.randn(257, device="cuda"), torch.randn(257, device="cuda")
+    one = triton_impl.backward(hidden, weight, labels, INV_T, lse, mean_z, g_lp, g_ent)
+    many = triton_impl.backward(hidden, weight, labels, INV_T, lse, mean_z, g_lp, g_ent,
+                                chunk_budget=257 * 2048 * 2)
+    torch.testing.assert_close(many[0], one[0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(many[1], one[1], atol=1e-7, rtol=1e-5)
+
+
+def test_op_matches_torch_impl(monkeypatch):
+    """Through the autograd Function: Triton (default on CUDA) vs MEGATRON_OVERLAY_IMPL=torch."""
+    hidden, weight, labels = _inputs(513, 256, 7000, torch.bfloat16, seed=3)
+    labels[labels < 0] = -100
+    results = {}
+    for impl in ("torch", "triton"):
+        monkeypatch.setenv("MEGATRON_OVERLAY_IMPL", impl)
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        lp, ent = linear_logprob_entropy(h, w, labels, temperature=0.7)
+        (lp.sum() * 0.5 + ent.sum() * 0.25).backward()
+        results[impl] = (lp.detach(), ent.detach(), h.grad.float(), w.grad.float())
+    ref, got = results["torch"], results["triton"]
+    torch.testing.assert_close(got[0], ref[0], atol=1e-4, rtol=0)
+    torch.testing.assert_close(got[1], ref[1], atol=1e-4, rtol=0)
+    for a, b in zip(got[2:], ref[2:]):
+        assert ((a - b).abs().max() / b.abs().max()) < 2e-2
+
+
+def test_forward_only_keeps_memory_small():
+    """No grad: the forward allocates O(N) beyond its inputs (no logits, no buffers kept)."""
+    hidden, weight, labels = _inputs(4096, 512, 32000, torch.bfloat16)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    with torch.no_grad():
+        lp, ent = linear_logprob_entropy(hidden, weight, labels.clamp_min(0), temperature=0.7)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base
+    # per-split statistics (capped by PARTIAL_STATS_BUDGET_BYTES) and their merge
+    assert extra < 64 * 2**20, f"forward allocated {extra / 2**20:.1f} MiB"

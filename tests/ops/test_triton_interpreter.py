@@ -1,0 +1,167 @@
+"""The Triton stages under TRITON_INTERPRET=1 on CPU, against the chunked torch reference.
+
+TRITON_INTERPRET must be set before the kernels are defined, and other test files in the
+same session may already have imported torch, triton or the kernel modules. So the cases
+run in one subprocess (this file, run as a script with ``--worker``) with the variable
+set from its start; the tests here check its JSON report. Tiny shapes with partial tiles
+in every dimension (the interpreter config uses 16 x 32 x 16 tiles); fp32 runs both the
+pointer and the TMA-descriptor load paths, bf16 and fp16 the pointer path (the interpreter's
+16-bit descriptor loads are broken in Triton 3.7).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAPES = [(1, 16, 7), (5, 32, 50), (33, 32, 130), (33, 16, 50), (5, 16, 130)]
+DTYPES = ["float32", "bfloat16", "float16"]
+# max |error| / max |reference| of the gradients: 16-bit dtypes round d(logits) once to
+# the input dtype before the gradient GEMMs (bf16: 2^-9 per element).
+GRAD_TOL = {"float32": 2e-5, "bfloat16": 2e-2, "float16": 3e-3}
+STATS_TOL = 2e-5  # fp32 statistics of exactly representable inputs, either dtype
+
+
+def _cases():
+    cases = []
+    for n, h, v in SHAPES:
+        for dtype in DTYPES:
+            for entropy in (True, False):
+                for tma in ((False, True) if dtype == "float32" else (False,)):
+                    cases.append(f"stages-{n}x{h}x{v}-{dtype}-{'ent' if entropy else 'noent'}"
+                                 f"-{'tma' if tma else 'ptr'}")
+    cases += ["chunks-33x32x130-bfloat16"]
+    cases += [f"op-{dtype}-{ent}" for dtype in ("float32", "bfloat16") for ent in ("ent", "noent")]
+    return cases
+
+
+CASES = _cases()
+
+
+# ----------------------------------------------------------------------------- worker
+
+def _worker() -> int:
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+    import torch
+
+    from megatron_overlay.ops import linear_logprob_entropy, torch_chunked
+    from megatron_overlay.ops.kernels import triton_impl
+
+    assert triton_impl.interpreting(), "kernels were not built for the interpreter"
+    inv_t = 1.0 / 0.7
+    report = {}
+
+    def rel(a, b):
+        return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
+
+    def inputs(n, h, v, dtype, seed):
+        g = torch.Generator().manual_seed(seed)
+        hidden = torch.randn(n, h, generator=g).to(dtype)
+        weight = (torch.randn(v, h, generator=g) * 0.6).to(dtype)
+        labels = torch.randint(0, v, (n,), generator=g)
+        labels[::3] = -1  # not in this shard / ignored
+        return hidden, weight, labels
+
+    for case in CASES:
+        try:
+            kind = case.split("-")[0]
+            if kind in ("stages", "chunks"):
+                shape, dtype_name = case.split("-")[1:3]
+                n, h, v = map(int, shape.split("x"))
+                entropy = kind == "chunks" or case.split("-")[3] == "ent"
+                tma = kind == "stages" and case.endswith("-tma")
+                dtype = getattr(torch, dtype_name)
+                hidden, weight, labels = inputs(n, h, v, dtype, seed=n * 1000 + v)
+                ref = torch_chunked.forward_stats(hidden, weight, labels, inv_t, entropy)
+                got = triton_impl.forward_stats(hidden, weight, labels, inv_t, entropy,
+                                                use_tma=tma)
+                lse = ref[:, 0] + ref[:, 1].log()
+                mean_z = ref[:, 0] + ref[:, 2] / ref[:, 1] if entropy else None
+                g = torch.Generator().manual_seed(7)
+                g_lp = torch.randn(n, generator=g)
+                g_ent = torch.randn(n, generator=g) if entropy else None
+                ref_dh, ref_dw = torch_chunked.backward(hidden, weight, labels, inv_t, lse,
+                                                        mean_z, g_lp, g_ent)
+                budget = n * 40 * hidden.element_size() if kind == "chunks" else None
+                dh, dw = triton_impl.backward(hidden, weight, labels, inv_t, lse, mean_z, g_lp,
+                                              g_ent, use_tma=tma, chunk_budget=budget)
+                report[case] = {
+                    "stats_err": (got - ref).abs().max().item(),
+                    "stats_finite": bool(torch.isfinite(got[:, 1:]).all()),
+                    "dh_err": rel(dh, ref_dh), "dw_err": rel(dw, ref_dw),
+                    "dtypes": [str(dh.dtype), str(dw.dtype)], "dtype": dtype_name}
+            else:  # through the autograd Function, triton vs torch
+                _, dtype_name, ent = case.split("-")
+                dtype = getattr(torch, dtype_name)
+                hidden, weight, labels = inputs(33, 32, 130, dtype, seed=11)
+                labels[labels < 0] = -100
+                outs = {}
+                for impl in ("torch", "triton"):
+                    os.environ["MEGATRON_OVERLAY_IMPL"] = impl
+                    h = hidden.clone().requires_grad_()
+                    w = weight.clone().requires_grad_()
+                    lp, en = linear_logprob_entropy(h, w, labels, temperature=0.7,
+                                                    return_entropy=ent == "ent")
+                    loss = (lp * torch.linspace(-1, 1, 33)).sum()
+                    if en is not None:
+                        loss = loss + (en * torch.linspace(1, 2, 33)).sum()
+                    loss.backward()
+                    outs[impl] = (lp.detach(), en, h.grad, w.grad)
+                os.environ.pop("MEGATRON_OVERLAY_IMPL")
+                t, r = outs["triton"], outs["torch"]
+                report[case] = {
+                    "stats_err": max((t[0] - r[0]).abs().max().item(),
+                                     0.0 if t[1] is None else (t[1] - r[1]).abs().max().item()),
+                    "stats_finite": True,
+                    "dh_err": rel(t[2], r[2]), "dw_err": rel(t[3], r[3]),
+                    "dtypes": [str(t[2].dtype), str(t[3].dtype)], "dtype": dtype_name,
+                    "ignored_zero": bool((t[0][labels == -100] == 0).all())}
+        except Exception as e:  # reported per case, so one failure does not hide the rest
+            import traceback
+            report[case] = {"error": f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"}
+    print("REPORT " + json.dumps(report))
+    return 0
+
+
+# ----------------------------------------------------------------------------- tests
+
+@pytest.fixture(scope="module")
+def report():
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("Triton is not importable here; the interpreter tests need it "
+                    "(pip install triton)")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join(
+        [str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.pop("MEGATRON_OVERLAY_IMPL", None)
+    proc = subprocess.run([sys.executable, __file__, "--worker"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    if proc.returncode != 0 or not lines:
+        pytest.fail(f"interpreter worker failed (rc {proc.returncode}):\n"
+                    f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(lines[-1][len("REPORT "):])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_interpreter_case(report, case):
+    res = report[case]
+    assert "error" not in res, res.get("error")
+    assert res["stats_finite"]
+    assert res["stats_err"] < (1e-4 if case.startswith("op-") else STATS_TOL), res
+    tol = GRAD_TOL[res["dtype"]]
+    assert res["dh_err"] < tol and res["dw_err"] < tol, res
+    if case.startswith("stages") or case.startswith("chunks"):
+        assert res["dtypes"] == ["torch.float32", "torch.float32"]
+    if case.startswith("op-"):
+        assert res["ignored_zero"]
+
+
+if __name__ == "__main__" and "--worker" in sys.argv:
+    sys.exit(_worker())
