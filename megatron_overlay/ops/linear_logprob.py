@@ -104,8 +104,11 @@ class LinearLogprobEntropy(torch.autograd.Function):
         g_h = None
         if ctx.params.return_entropy and grad_entropy is not None:
             g_h = torch.where(valid, grad_entropy.float(), zero)
+        # d_weight: fp32 accumulation, one rounding to the weight's dtype (inside the impl,
+        # which saves an fp32 [V, H] buffer and its cast on GPU)
         d_hidden, d_weight = ctx.impl.backward(
-            hidden, weight, local_labels, ctx.params.inv_temperature, lse, mean_z, g_lp, g_h)
+            hidden, weight, local_labels, ctx.params.inv_temperature, lse, mean_z, g_lp, g_h,
+            d_weight_dtype=weight.dtype)
         if ctx.tp:  # each shard holds part of d_hidden: complete it on every rank
             dist.all_reduce(d_hidden, group=ctx.tp_group)
         d_hidden = d_hidden.to(hidden.dtype) if ctx.needs_input_grad[0] else None
@@ -159,9 +162,12 @@ def validate_inputs(hidden, weight, labels, params: LogprobParams, vocab_size: i
         raise ValueError(f"hidden ({hidden.device}), weight ({weight.device}) and labels "
                          f"({labels.device}) must be on one device")
     if labels.numel():
-        kept = labels[labels != params.ignore_index]
-        if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= vocab_size):
+        # One reduction and one device->host copy (a single sync on CUDA): ignored labels
+        # are mapped to 0, which is always in range.
+        kept = torch.where(labels == params.ignore_index, torch.zeros_like(labels), labels)
+        low, high = (int(x) for x in torch.stack(torch.aminmax(kept)).tolist())
+        if low < 0 or high >= vocab_size:
             raise ValueError(
                 f"labels out of range: ids must lie in [0, {vocab_size}) or equal "
-                f"ignore_index={params.ignore_index}; got min {int(kept.min())}, max "
-                f"{int(kept.max())}. Mask padding with ignore_index")
+                f"ignore_index={params.ignore_index}; got min {low}, max {high}. "
+                f"Mask padding with ignore_index")

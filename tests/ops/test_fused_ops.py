@@ -118,12 +118,15 @@ def test_chunking_never_changes_the_result(n, h, v, token_chunk, vocab_chunk, te
                             torch.where(labels >= 0, z.gather(1, labels.clamp(min=0)[:, None])
                                         .squeeze(1), torch.zeros_like(row_max))], 1)
     torch.testing.assert_close(stats.double(), expected, rtol=1e-5, atol=1e-5)
-    close = lambda a, b: (a - b).abs().max() <= 1e-5 * max(1.0, b.abs().max())  # noqa: E731
+    # fp32 sums in another order: 1e-4 of the largest entry covers cancellation between
+    # the softmax and label terms; accuracy against fp64 is tested above at 1e-5
+    close = lambda a, b: (a - b).abs().max() <= 1e-4 * max(1.0, b.abs().max())  # noqa: E731
 
     lse = (row_max + e.sum(1).log()).float()
     mean_z = ((e * z).sum(1) / e.sum(1)).float()
     lse, mean_z = lse.reshape(n), mean_z.reshape(n)
-    g_lp, g_h = torch.randn(n), torch.randn(n)
+    gen = torch.Generator().manual_seed(seed)
+    g_lp, g_h = torch.randn(n, generator=gen), torch.randn(n, generator=gen)
     dh, dw = torch_chunked.backward(hidden, weight, labels, inv_t, lse, mean_z, g_lp, g_h,
                                     token_chunk=token_chunk, vocab_chunk=vocab_chunk)
     dh_ref, dw_ref = torch_chunked.backward(hidden, weight, labels, inv_t, lse, mean_z, g_lp,
