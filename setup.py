@@ -32,7 +32,6 @@ setup(
     },
     entry_points={"console_scripts": ["megatron-overlay=megatron_overlay.cli:main"]},
     classifiers=[
-        "License :: OSI Approved :: Apache Software License",
         "Programming Language :: Python :: 3",
     ],
 )
