@@ -87,6 +87,13 @@ def _loss_coeffs(n, device, seed=1):
             torch.randn(n, device=device, generator=g) / n)
 
 
+def input_grads(h, w, loss_of):
+    """Backward of ``loss_of(h, w)`` from fresh leaves: (d_hidden, d_weight)."""
+    h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
+    loss_of(h, w).backward()
+    return h.grad, w.grad
+
+
 class Method:
     name = "?"
     outputs = "logprob+entropy"
@@ -94,8 +101,12 @@ class Method:
     def fwd(self, h, w, y):  # -> (logprob [N] fp32 or None, entropy [N] or None)
         raise NotImplementedError
 
-    def fb(self, h, w, y, a, b):  # forward + backward, returns the grads
-        raise NotImplementedError
+    def fb(self, h, w, y, a, b):
+        """Forward + backward of sum(a * logprob + b * entropy); returns the grads."""
+        def loss(h, w):
+            lp, ent = self.fwd(h, w, y)
+            return (lp * a).sum() + ((ent * b).sum() if ent is not None else 0)
+        return input_grads(h, w, loss)
 
 
 class Gemm(Method):
@@ -141,12 +152,6 @@ class Materialized(Method):
     def fwd(self, h, w, y):
         return self._run(h, w, y)
 
-    def fb(self, h, w, y, a, b):
-        h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
-        lp, ent = self._run(h, w, y)
-        ((lp * a).sum() + (ent * b).sum()).backward()
-        return h.grad, w.grad
-
 
 class Ours(Method):
     name = "ours"
@@ -160,13 +165,6 @@ class Ours(Method):
 
     def fwd(self, h, w, y):
         return self.op(h, w, y, temperature=TEMPERATURE, return_entropy=self.entropy)
-
-    def fb(self, h, w, y, a, b):
-        h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
-        lp, ent = self.op(h, w, y, temperature=TEMPERATURE, return_entropy=self.entropy)
-        loss = (lp * a).sum() + ((ent * b).sum() if ent is not None else 0)
-        loss.backward()
-        return h.grad, w.grad
 
 
 class LigerScaledCE(Method):
@@ -186,12 +184,6 @@ class LigerScaledCE(Method):
 
     def fwd(self, h, w, y):
         return self._run(h, w, y)
-
-    def fb(self, h, w, y, a, b):
-        h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
-        lp, ent = self._run(h, w, y)
-        ((lp * a).sum() + (ent * b).sum()).backward()
-        return h.grad, w.grad
 
 
 _VERL = []
@@ -231,12 +223,6 @@ class Verl(Method):
     def fwd(self, h, w, y):
         return self.op(h, w, y, TEMPERATURE, "none")
 
-    def fb(self, h, w, y, a, b):
-        h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
-        lp, ent = self.op(h, w, y, TEMPERATURE, "none")
-        ((lp * a).sum() + (ent * b).sum()).backward()
-        return h.grad, w.grad
-
 
 class LigerFLCE(Method):
     name, outputs = "liger_flce", "scalar mean loss, T=1"
@@ -250,10 +236,10 @@ class LigerFLCE(Method):
         return None, None
 
     def fb(self, h, w, y, a, b):
-        h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
-        out = self.fn.apply(h, w, y)
-        (out[0] if isinstance(out, tuple) else out).backward()
-        return h.grad, w.grad
+        def loss(h, w):
+            out = self.fn.apply(h, w, y)
+            return out[0] if isinstance(out, tuple) else out
+        return input_grads(h, w, loss)
 
 
 class CCE(Method):
@@ -268,18 +254,14 @@ class CCE(Method):
         return None, None  # no temperature: not comparable with the T=0.7 reference
 
     def fb(self, h, w, y, a, b):
-        h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
-        (self.op(h, w, y, reduction="none") * a).sum().backward()
-        return h.grad, w.grad
+        return input_grads(h, w, lambda h, w: (self.op(h, w, y, reduction="none") * a).sum())
 
 
 class CCEMean(CCE):
     name, outputs = "cce_mean", "mean NLL (scalar), T=1"
 
     def fb(self, h, w, y, a, b):
-        h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
-        self.op(h, w, y, reduction="mean").backward()
-        return h.grad, w.grad
+        return input_grads(h, w, lambda h, w: self.op(h, w, y, reduction="mean"))
 
 
 METHODS = {"gemm": Gemm, "gemm_lg": GemmLogitsGrad, "materialized": Materialized, "ours": Ours,
@@ -417,7 +399,6 @@ def bench_shape(n, hdim, v, methods, args, log):
 def grad_check(hdim, v, n, log):
     """Our d_hidden, d_weight (bf16) vs an fp32 autograd reference on the same bf16 inputs,
     in units of the error of rounding that reference to bf16."""
-    from megatron_overlay.ops import linear_logprob_entropy
     sets, w = make_inputs(n, hdim, v, seed=7)
     h, y = sets[0]
     a, b = _loss_coeffs(n, w.device, seed=3)
@@ -430,10 +411,7 @@ def grad_check(hdim, v, n, log):
     ref = {"d_hidden": h32.grad, "d_weight": w32.grad}
     del z, logp
     out = {}
-    hq, wq = h.detach().requires_grad_(), w.detach().requires_grad_()
-    lp2, ent2 = linear_logprob_entropy(hq, wq, y, temperature=TEMPERATURE)
-    ((lp2 * a).sum() + (ent2 * b).sum()).backward()
-    for key, got in (("d_hidden", hq.grad), ("d_weight", wq.grad)):
+    for key, got in zip(("d_hidden", "d_weight"), Ours().fb(h, w, y, a, b)):
         r = ref[key]
         rounding = (r.to(torch.bfloat16).float() - r).norm().item()
         err = (got.float() - r).norm().item()
@@ -446,15 +424,12 @@ def grad_check(hdim, v, n, log):
 
 def kernel_breakdown(n, hdim, v, log):
     """Per-kernel CUDA time of one forward+backward of ours (torch.profiler)."""
-    from megatron_overlay.ops import linear_logprob_entropy
     sets, w = make_inputs(n, hdim, v, seed=11)
     h, y = sets[0]
     a, b = _loss_coeffs(n, w.device)
 
     def step():
-        hq, wq = h.detach().requires_grad_(), w.detach().requires_grad_()
-        lp, ent = linear_logprob_entropy(hq, wq, y, temperature=TEMPERATURE)
-        ((lp * a).sum() + (ent * b).sum()).backward()
+        Ours().fb(h, w, y, a, b)
 
     step()
     torch.cuda.synchronize()
@@ -484,15 +459,12 @@ def timeline(n, hdim, v, log):
     the host-side ops that ran meanwhile."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
-    from megatron_overlay.ops import linear_logprob_entropy
     sets, w = make_inputs(n, hdim, v, seed=11)
     h, y = sets[0]
     a, b = _loss_coeffs(n, w.device)
 
     def step():
-        hq, wq = h.detach().requires_grad_(), w.detach().requires_grad_()
-        lp, ent = linear_logprob_entropy(hq, wq, y, temperature=TEMPERATURE)
-        ((lp * a).sum() + (ent * b).sum()).backward()
+        Ours().fb(h, w, y, a, b)
 
     for _ in range(2):
         step()
