@@ -1,11 +1,19 @@
-"""``megatron-overlay``: status | patch | unpatch | verify | demo."""
+"""``megatron-overlay``: status | patch | unpatch | verify | wheel | demo.
+
+Exit codes, for scripts: 0 the core is ready (patched, or native with the name lookup) or
+the command did what was asked; 1 it is not ready (status, patch, verify); 2 refused or
+failed, nothing changed.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from . import patching
+from . import __version__, patching
+
+EXIT_OK, EXIT_NOT_READY, EXIT_REFUSED = 0, 1, 2
 
 
 def _print_status(st: patching.Status) -> None:
@@ -14,7 +22,10 @@ def _print_status(st: patching.Status) -> None:
         return
     line = f"megatron-core {st.core_version} in {st.site}: {st.state}"
     if st.patch_set:
-        line += f" (patch set {st.patch_set})"
+        line += f" (patch set {st.patch_set}"
+        if st.same_files_as:
+            line += f": its files are byte-identical to {st.same_files_as}'s"
+        line += ")"
     print(line)
     if st.state == patching.NATIVE:
         print("  output_processor hook: built in; processor names: "
@@ -30,17 +41,34 @@ def _print_status(st: patching.Status) -> None:
 def _cmd_status(args) -> int:
     st = patching.status(args.site)
     print(st.to_json()) if args.json else _print_status(st)
-    return 0 if st.state != patching.UNSUPPORTED else 1
+    return EXIT_OK if st.ready else EXIT_NOT_READY
 
 
 def _cmd_patch(args) -> int:
-    _print_status(patching.apply(args.site))
-    return 0
+    st = patching.apply(args.site)
+    _print_status(st)
+    return EXIT_OK if st.ready else EXIT_NOT_READY
 
 
 def _cmd_unpatch(args) -> int:
     _print_status(patching.revert(args.site))
-    return 0
+    return EXIT_OK
+
+
+def _cmd_wheel(args) -> int:
+    import tempfile
+
+    from .patching import wheel
+
+    with tempfile.TemporaryDirectory(prefix="megatron-overlay-wheel-") as tmp:
+        source = args.source or wheel.download(args.release, Path(tmp), args.python_version,
+                                               args.platform)
+        path = wheel.build(args.release, Path(source), Path(args.out)).resolve()
+    print(f"built {path.name} from {Path(source).name}", file=sys.stderr)
+    if args.print_requirement:
+        print(wheel.requirement_line(path))
+    print(path)
+    return EXIT_OK
 
 
 def _cmd_verify(args) -> int:
@@ -51,7 +79,7 @@ def _cmd_verify(args) -> int:
     for problem in problems:
         print(f"  problem: {problem}")
     print("verify: OK" if ok else "verify: FAILED")
-    return 0 if ok else 1
+    return EXIT_OK if ok else EXIT_NOT_READY
 
 
 def _cmd_demo(args) -> int:
@@ -64,7 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="megatron-overlay",
         description="The output_processor hook on every megatron-core 0.12-0.19, "
-                    "and fused log-prob/entropy processors.")
+                    "and fused log-prob/entropy processors.",
+        epilog="exit codes: 0 ready / done; 1 not ready (status, patch, verify); "
+               "2 refused or failed, nothing changed")
+    parser.add_argument("--version", action="version",
+                        version=f"megatron-overlay {__version__} (patch sets for megatron-core "
+                                f"{', '.join(patching.supported_releases())})")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, func, help_text in [
         ("status", _cmd_status, "installed core: version, state, patch set"),
@@ -78,6 +111,24 @@ def main(argv: list[str] | None = None) -> int:
         cmd.set_defaults(func=func)
         if name == "status":
             cmd.add_argument("--json", action="store_true", help="machine-readable output")
+    wheel = sub.add_parser(
+        "wheel", help="build a patched megatron-core wheel (X+overlay.1) from upstream's",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Build megatron_core-RELEASE+overlay.1-<upstream tags>.whl. The last line "
+                    "of stdout is its path. Install it with your existing pin: pip install "
+                    "--find-links DIR megatron-core==RELEASE")
+    wheel.add_argument("release", metavar="RELEASE", help="the upstream release, e.g. 0.13.1")
+    wheel.add_argument("--from", dest="source", metavar="UPSTREAM.whl",
+                       help="upstream's wheel (default: downloaded with pip for this Python)")
+    wheel.add_argument("--out", default="wheelhouse", metavar="DIR",
+                       help="where the wheel is written")
+    wheel.add_argument("--print-requirement", action="store_true",
+                       help="also print a hash-pinned requirements line")
+    wheel.add_argument("--python-version", help="download for this Python (e.g. 3.12) "
+                                                "instead of the running one")
+    wheel.add_argument("--platform", help="download for this platform tag "
+                                          "(e.g. manylinux_2_28_x86_64)")
+    wheel.set_defaults(func=_cmd_wheel)
     demo = sub.add_parser("demo", help="fused_logprob vs materialized logits on a small GPTModel")
     demo.add_argument("--tokens", type=int, default=2048)
     demo.add_argument("--vocab", type=int, default=32000)
@@ -89,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except patching.PatchError as err:
         print(f"megatron-overlay: error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
 
 
 if __name__ == "__main__":

@@ -40,6 +40,9 @@ RELEASES = [
     "0.15.0", "0.15.1", "0.15.2", "0.15.3", "0.16.0", "0.16.1", "0.17.0", "0.17.1",
     "0.18.0", "0.18.2", "0.19.0", "0.19.2",
 ]
+# Yanked releases whose touched files are byte-identical to a neighbour's: they are served
+# by that neighbour's patch set (patching.patch_sets matches patch sets by file content).
+SAME_FILES_AS = {"0.18.1": "0.18.0", "0.19.1": "0.19.0"}
 FIRST_NATIVE = (0, 18)
 
 GPT_MODEL = "megatron/core/models/gpt/gpt_model.py"
@@ -53,8 +56,16 @@ HOOK_PARAMS_ANNOTATED = (
 NAME_LOOKUP = (
     "            if isinstance(output_processor, str):\n"
     "                # megatron-overlay: a built-in or registered processor, by name.\n"
-    "                from megatron_overlay.processors import resolve\n"
-    "\n"
+    "                try:\n"
+    "                    from megatron_overlay.processors import resolve\n"
+    "                except ModuleNotFoundError as err:\n"
+    "                    if err.name != \"megatron_overlay\":\n"
+    "                        raise\n"
+    "                    raise ModuleNotFoundError(\n"
+    "                        f\"output_processor={output_processor!r} is a processor name, and \"\n"
+    "                        \"names need the megatron-overlay package: pip install \"\n"
+    "                        \"megatron-overlay (or pass the processor callable)\",\n"
+    "                        name=err.name) from err\n"
     "                output_processor = resolve(output_processor)\n"
 )
 

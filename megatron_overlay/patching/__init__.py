@@ -18,10 +18,11 @@ from .core import (
     status,
     verify,
 )
-from .patch_sets import PatchSet, find_patch_set, supported_releases
+from .patch_sets import PatchSet, find_patch_set, match_patch_set, supported_releases
 
 __all__ = [
     "MODIFIED", "NATIVE", "PATCHED", "UNPATCHED", "UNSUPPORTED", "Core", "PatchError",
-    "PatchSet", "Status", "apply", "find_patch_set", "locate", "revert", "status",
+    "PatchSet", "Status", "apply", "find_patch_set", "locate", "match_patch_set", "revert",
+    "status",
     "supported_releases", "verify",
 ]

@@ -8,6 +8,7 @@ broken or half-installed environment too.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -18,9 +19,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import unified_diff
-from .patch_sets import PatchSet, find_patch_set, supported_releases
-from .transaction import BAK_SUFFIX, NEW_SUFFIX, recover, replace_all
+from . import lock, transaction, unified_diff
+from .patch_sets import PatchSet, match_patch_set, supported_releases
 
 DIST_NAME = "megatron-core"
 LOCAL_LABEL = "overlay.1"  # PEP 440 local label: 0.13.1+overlay.1 still satisfies ==0.13.1
@@ -56,6 +56,7 @@ class Status:
     release: str | None
     state: str
     patch_set: str | None = None
+    same_files_as: str | None = None  # served by this release's patch set (identical files)
     hook: str | None = None  # "backport" or "native"
     name_lookup: bool = False  # string processor names resolve on this core
     site: str | None = None
@@ -64,6 +65,11 @@ class Status:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
+
+    @property
+    def ready(self) -> bool:
+        """Patched, or native with the name lookup: every processor, callable or name, runs."""
+        return self.state in (PATCHED, NATIVE) and self.name_lookup
 
 
 def locate(site: str | os.PathLike | None = None) -> Core:
@@ -98,26 +104,43 @@ def _source_has_native_hook(core: Core) -> bool:
     return path.exists() and "output_processor_context" in path.read_text(errors="replace")
 
 
+def _patched_dirs(core: Core, patch_set: PatchSet | None) -> set[Path]:
+    """Where a transaction stages files: the dist-info and the patched files' folders."""
+    files = patch_set.files if patch_set is not None else ()
+    return {core.dist_info} | {(core.site / f.path).parent for f in files}
+
+
 def status(site: str | os.PathLike | None = None) -> Status:
-    """Judge the installed core by its version and the hashes of the files a patch touches."""
+    """Judge the installed core by its version and the hashes of the files a patch touches.
+
+    Reads only. Waits for a running ``patch``/``unpatch`` on the same site to finish."""
     try:
         core = locate(site)
     except PatchError as err:
         return Status(None, None, UNSUPPORTED, detail=str(err))
-    recover(core.dist_info / JOURNAL)
+    with lock.shared(core.site):
+        return _judge(locate(site))
+
+
+def _judge(core: Core) -> Status:
     base = Status(core.version, core.release, UNSUPPORTED, site=str(core.site))
-    patch_set = find_patch_set(core.release)
+    patch_set = match_patch_set(core.release, lambda rel: sha256_of(core.site / rel))
+    interrupted = transaction.pending(core.dist_info / JOURNAL)
     if patch_set is None:
         if _source_has_native_hook(core):
             base.state, base.hook = NATIVE, "native"
-            base.detail = ("output_processor is built in; this release has no overlay patch set, "
-                           "so processors are passed as callables, not names")
+            base.detail = (f"output_processor is built in, but the overlay has no patch set for "
+                           f"{core.release} (its files match none of "
+                           f"{', '.join(supported_releases())}): processor names do not "
+                           f"resolve; pass processors as callables, or upgrade megatron-overlay")
         else:
-            base.detail = (f"megatron-core {core.release} is not supported; supported releases: "
-                           f"{', '.join(supported_releases())}")
+            base.detail = (f"megatron-core {core.release} is not supported: its files match no "
+                           f"patch set; supported releases: {', '.join(supported_releases())}")
         return base
 
     base.patch_set, base.hook = patch_set.patch_set_id, patch_set.hook
+    if patch_set.release != core.release:
+        base.same_files_as = patch_set.release
     upstream = patched = True
     for entry in patch_set.files:
         actual = sha256_of(core.site / entry.path)
@@ -128,25 +151,42 @@ def status(site: str | os.PathLike | None = None) -> Status:
         base.files.append({"path": entry.path, "sha256": actual, "matches": state})
     marked = (core.dist_info / MARKER).exists()
     labelled = core.version == f"{core.release}+{LOCAL_LABEL}"
-    if patched and marked and labelled:
+    if interrupted:
+        base.state = MODIFIED
+        base.detail = (f"an overlay run was interrupted and left {', '.join(interrupted)} "
+                       f"changed; `megatron-overlay patch` (or unpatch) rolls it back first")
+    elif patched and marked and labelled:
         base.state = NATIVE if patch_set.hook == "native" else PATCHED
         base.name_lookup = True
-    elif upstream and not marked and not labelled:
+    elif upstream and not labelled and not _marker_recorded(core):
+        # a marker that RECORD does not list is a stray (left by a killed run or inherited
+        # through a reinstall); the next writing command removes it
         base.state = NATIVE if patch_set.hook == "native" else UNPATCHED
     else:
         base.state = MODIFIED
         unknown = [f["path"] for f in base.files if f["matches"] == "unknown"]
         base.detail = (
-            f"files differ from both upstream {core.release} and its patched form: "
+            f"files differ from both upstream {patch_set.release} and its patched form: "
             f"{', '.join(unknown)}" if unknown else
             "the files and the distribution metadata disagree about whether the core is patched"
         )
+    strays = transaction.leftovers(_patched_dirs(core, patch_set))
+    if marked and base.state in (UNPATCHED, NATIVE) and not base.name_lookup:
+        strays.append(core.dist_info / MARKER)
+    if strays and not interrupted:
+        note = (f"leftovers of an interrupted overlay run ({', '.join(p.name for p in strays)}); "
+                f"the next `megatron-overlay patch` removes them")
+        base.detail = f"{base.detail}; {note}" if base.detail else note
     return base
 
 
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"sha256={digest}"
+def _marker_recorded(core: Core) -> bool:
+    record = core.dist_info / "RECORD"
+    if not record.exists():
+        return False
+    marker_rel = (core.dist_info / MARKER).relative_to(core.site).as_posix()
+    return any(row.split(",", 1)[0] == marker_rel
+               for row in record.read_bytes().decode().splitlines())
 
 
 def _check_writable(core: Core, patch_set: PatchSet) -> None:
@@ -155,41 +195,67 @@ def _check_writable(core: Core, patch_set: PatchSet) -> None:
             raise PatchError(f"cannot write {path}: run with permission to modify the environment")
 
 
-def _metadata_changes(core: Core, new_version: str, marker: dict | None) -> dict[Path, bytes | None]:
-    """METADATA's Version line, the marker file and RECORD rows that describe them."""
-    changes: dict[Path, bytes | None] = {}
-    metadata_path = core.dist_info / "METADATA"
-    text = metadata_path.read_bytes()
-    pattern = re.compile(rb"^Version: .*$", re.M)
-    changes[metadata_path] = pattern.sub(b"Version: " + new_version.encode(), text, count=1)
-    marker_path = core.dist_info / MARKER
-    changes[marker_path] = (json.dumps(marker, indent=2).encode() + b"\n") if marker else None
-    return changes
+def transformed(patch_set: PatchSet, read, reverse: bool = False) -> dict[str, bytes]:
+    """Each file of the patch set, patched (or, ``reverse``, restored), from ``read(rel)``
+    bytes that are either form; a result whose hash is not the manifest's is refused."""
+    diffs = {d.path: d for d in unified_diff.parse(patch_set.diff_text)}
+    out = {}
+    for entry in patch_set.files:
+        data = read(entry.path)
+        have = hashlib.sha256(data).hexdigest()
+        want = entry.upstream_sha256 if reverse else entry.patched_sha256
+        if have != want:
+            data = unified_diff.apply(data.decode(), diffs[entry.path], reverse=reverse).encode()
+            if hashlib.sha256(data).hexdigest() != want:
+                raise PatchError(f"{entry.path}: the result has an unexpected hash; nothing changed")
+        out[entry.path] = data
+    return out
 
 
-def _rewrite_record(core: Core, changes: dict[Path, bytes | None], original_rows: dict | None,
-                    ) -> dict[Path, bytes | None]:
-    """RECORD rows for changed files: fresh hashes when patching, the originals when reverting."""
+def with_version(metadata: bytes, version: str) -> bytes:
+    """METADATA with its Version line set to ``version``."""
+    return re.sub(rb"^Version: .*$", b"Version: " + version.encode(), metadata, count=1,
+                  flags=re.M)
+
+
+def marker_bytes(patch_set: PatchSet, release: str, upstream_version: str,
+                 installed_from: str) -> bytes:
+    """The marker file a patched core carries in its dist-info (deterministic bytes)."""
+    marker = {"patch_set": patch_set.patch_set_id, "release": release,
+              "same_files_as": patch_set.release if patch_set.release != release else None,
+              "upstream_version": upstream_version, "hook": patch_set.hook,
+              "installed_from": installed_from}
+    return json.dumps(marker, indent=2).encode() + b"\n"
+
+
+def record_row(rel: str, data: bytes, end: str = "\n") -> str:
+    """A RECORD row as pip writes it: path, urlsafe-base64 sha256 without padding, size."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{rel},sha256={digest},{len(data)}{end}"
+
+
+def _line_end(row: str) -> str:
+    return "\r\n" if row.endswith("\r\n") else "\n"
+
+
+def _with_record(core: Core, changes: dict[Path, bytes | None]) -> dict[Path, bytes | None]:
+    """``changes`` plus RECORD, its rows describing the changed files (added or dropped)."""
     record = core.dist_info / "RECORD"
     if not record.exists():
-        return {}
+        return changes
     rows = record.read_bytes().decode().splitlines(keepends=True)
     by_path = {row.split(",", 1)[0]: i for i, row in enumerate(rows)}
-    marker_rel = (core.dist_info / MARKER).relative_to(core.site).as_posix()
+    end = _line_end(rows[-1]) if rows else "\n"  # keep the file's own line ends
     for path, data in changes.items():
         rel = path.relative_to(core.site).as_posix()
-        if original_rows is not None:  # reverting: rows exactly as pip wrote them
-            if rel in original_rows and rel in by_path:
-                rows[by_path[rel]] = original_rows[rel]
-        elif data is not None and rel in by_path:
-            rows[by_path[rel]] = f"{rel},{_record_hash(data)},{len(data)}\n"
-    if original_rows is not None:
-        rows = [r for r in rows if r.split(",", 1)[0] != marker_rel]
-    else:
-        marker_data = changes.get(core.dist_info / MARKER)
-        if marker_data is not None and marker_rel not in by_path:
-            rows.append(f"{marker_rel},{_record_hash(marker_data)},{len(marker_data)}\n")
-    return {record: "".join(rows).encode()}
+        if data is None:
+            if rel in by_path:
+                rows[by_path[rel]] = ""
+        elif rel in by_path:
+            rows[by_path[rel]] = record_row(rel, data, _line_end(rows[by_path[rel]]))
+        else:
+            rows.append(record_row(rel, data, end))
+    return {**changes, record: "".join(rows).encode()}
 
 
 def _refresh_bytecode(core: Core, paths: list[Path]) -> None:
@@ -204,104 +270,121 @@ def _refresh_bytecode(core: Core, paths: list[Path]) -> None:
                            doraise=True)
 
 
-def _original_rows(core: Core, patch_set: PatchSet) -> dict[str, str]:
-    record = core.dist_info / "RECORD"
-    if not record.exists():
-        return {}
-    wanted = {f.path for f in patch_set.files} | {
-        (core.dist_info / "METADATA").relative_to(core.site).as_posix()}
-    return {row.split(",", 1)[0]: row for row in record.read_bytes().decode().splitlines(keepends=True)
-            if row.split(",", 1)[0] in wanted}
-
-
-def _require_patch_set(current: Status) -> PatchSet:
-    if current.state == UNSUPPORTED:
+def _writable_patch_set(current: Status) -> PatchSet:
+    """The patch set to apply or revert; refuses unknown, mixed or interrupted files."""
+    if current.patch_set is None:
         raise PatchError(current.detail)
-    patch_set = find_patch_set(current.release)
-    if patch_set is None:  # native core without a patch set: nothing to do
-        raise PatchError(current.detail)
-    if current.state == MODIFIED:
+    patch_set = match_patch_set(current.release, lambda rel: sha256_of(Path(current.site) / rel))
+    forms = {f["matches"] for f in current.files}
+    if "unknown" in forms or len(forms) > 1:
         raise PatchError(
             f"refusing to touch megatron-core {current.release} in {current.site}: "
-            f"{current.detail}. Reinstall it (`pip install --force-reinstall --no-deps "
-            f"megatron-core=={current.release}`) and patch again; nothing was changed")
+            f"{current.detail or 'some files are patched and some are not'}. Reinstall it "
+            f"(`pip install --force-reinstall --no-deps megatron-core=={current.release}`) "
+            f"and patch again; nothing was changed")
     return patch_set
 
 
-def apply(site: str | os.PathLike | None = None) -> Status:
-    """Patch the core. Idempotent; all-or-nothing; refuses unknown or modified files."""
-    current = status(site)
-    if current.name_lookup:  # patched already (or native with the lookup): nothing to do
-        return current
-    if current.state == NATIVE and find_patch_set(current.release) is None:
-        return current  # a native release the overlay has no patch set for
-    patch_set = _require_patch_set(current)
+@contextlib.contextmanager
+def _writing(site):
+    """Hold the site's lock exclusively; roll back interrupted runs and drop leftovers
+    first; yield the core as it is then."""
     core = locate(site)
-    _check_writable(core, patch_set)
+    with lock.exclusive(core.site):
+        core = locate(site)  # another writer may have changed it while we waited
+        patch_set = match_patch_set(core.release, lambda rel: sha256_of(core.site / rel))
+        unrestored = transaction.recover(core.dist_info / JOURNAL,
+                                         _patched_dirs(core, patch_set))
+        if unrestored:
+            raise PatchError(
+                f"an interrupted overlay run left {', '.join(unrestored)} changed and its "
+                f"backup is gone. Reinstall megatron-core (`pip install --force-reinstall "
+                f"--no-deps megatron-core=={core.release}`); nothing else was changed")
+        marker = core.dist_info / MARKER
+        if marker.exists() and not _marker_recorded(core):  # a stray: RECORD disowns it
+            marker.unlink()
+        yield locate(site)
 
-    diffs = {d.path: d for d in unified_diff.parse(patch_set.diff_text)}
-    changes: dict[Path, bytes | None] = {}
-    for entry in patch_set.files:
-        path = core.site / entry.path
-        new = unified_diff.apply(path.read_bytes().decode(), diffs[entry.path]).encode()
-        if hashlib.sha256(new).hexdigest() != entry.patched_sha256:
-            raise PatchError(f"{entry.path}: patch result has an unexpected hash; nothing changed")
-        changes[path] = new
-    marker = {"patch_set": patch_set.patch_set_id, "release": patch_set.release,
-              "upstream_version": core.version,
-              "hook": patch_set.hook, "record_rows": _original_rows(core, patch_set)}
-    changes.update(_metadata_changes(core, f"{core.release}+{LOCAL_LABEL}", marker))
-    changes.update(_rewrite_record(core, changes, None))
-    replace_all(changes, core.dist_info / JOURNAL)
-    _refresh_bytecode(core, list(changes))
-    return status(site)
+
+def apply(site: str | os.PathLike | None = None) -> Status:
+    """Patch the core. Idempotent; all-or-nothing; refuses unknown or modified files.
+    Concurrent calls on one site serialize; the later ones find the work done."""
+    with _writing(site) as core:
+        current = _judge(core)
+        if current.ready:
+            return current
+        if current.state == NATIVE and current.patch_set is None:
+            return current  # a native release the overlay has no patch set for
+        patch_set = _writable_patch_set(current)
+        _check_writable(core, patch_set)
+        labelled = core.version == f"{core.release}+{LOCAL_LABEL}"
+        files = transformed(patch_set, lambda rel: (core.site / rel).read_bytes())
+        changes: dict[Path, bytes | None] = {core.site / rel: data for rel, data in files.items()}
+        changes[core.dist_info / "METADATA"] = with_version(
+            (core.dist_info / "METADATA").read_bytes(), f"{core.release}+{LOCAL_LABEL}")
+        changes[core.dist_info / MARKER] = marker_bytes(
+            patch_set, core.release, core.release if labelled else core.version, "patch")
+        transaction.replace_all(_with_record(core, changes), core.dist_info / JOURNAL)
+        _refresh_bytecode(core, list(changes))
+        return _judge(locate(site))
 
 
 def revert(site: str | os.PathLike | None = None) -> Status:
     """Restore the byte-identical upstream files and metadata. Idempotent."""
-    current = status(site)
-    if current.state == UNPATCHED or (current.state == NATIVE and not current.name_lookup):
-        return current
-    patch_set = _require_patch_set(current)
-    core = locate(site)
-    _check_writable(core, patch_set)
-    marker = json.loads((core.dist_info / MARKER).read_text())
-
-    diffs = {d.path: d for d in unified_diff.parse(patch_set.diff_text)}
-    changes: dict[Path, bytes | None] = {}
-    for entry in patch_set.files:
-        path = core.site / entry.path
-        old = unified_diff.apply(path.read_bytes().decode(), diffs[entry.path], reverse=True).encode()
-        if hashlib.sha256(old).hexdigest() != entry.upstream_sha256:
-            raise PatchError(f"{entry.path}: reverting gives an unexpected hash; nothing changed")
-        changes[path] = old
-    changes.update(_metadata_changes(core, marker["upstream_version"], None))
-    changes.update(_rewrite_record(core, changes, marker["record_rows"]))
-    replace_all(changes, core.dist_info / JOURNAL)
-    _refresh_bytecode(core, list(changes))
-    return status(site)
+    with _writing(site) as core:
+        current = _judge(core)
+        if current.state == UNPATCHED or (current.state == NATIVE and not current.name_lookup):
+            return current
+        patch_set = _writable_patch_set(current)
+        marker_path = core.dist_info / MARKER
+        try:
+            marker = json.loads(marker_path.read_text())
+        except (OSError, ValueError):
+            marker = {}
+        if marker.get("installed_from") == "wheel":
+            raise PatchError(
+                f"megatron-core {core.version} was installed from the overlay's wheel; go back "
+                f"to upstream by installing upstream's: `pip install --force-reinstall "
+                f"--no-deps megatron-core=={core.release}` from an index without the overlay's "
+                f"wheelhouse; nothing was changed")
+        _check_writable(core, patch_set)
+        files = transformed(patch_set, lambda rel: (core.site / rel).read_bytes(), reverse=True)
+        changes: dict[Path, bytes | None] = {core.site / rel: data for rel, data in files.items()}
+        changes[core.dist_info / "METADATA"] = with_version(
+            (core.dist_info / "METADATA").read_bytes(),
+            marker.get("upstream_version", core.release))
+        changes[marker_path] = None
+        transaction.replace_all(_with_record(core, changes), core.dist_info / JOURNAL)
+        _refresh_bytecode(core, list(changes))
+        return _judge(locate(site))
 
 
 def verify(site: str | os.PathLike | None = None) -> tuple[bool, Status, list[str]]:
-    """Is the core patched (or native with the name lookup) and does RECORD tell the truth?"""
-    current = status(site)
-    problems: list[str] = []
-    if current.state not in (PATCHED, NATIVE) or not current.name_lookup:
-        problems.append(f"state is {current.state}, expected {PATCHED} (or {NATIVE} with the "
-                        f"overlay's name lookup){': ' + current.detail if current.detail else ''}")
-    else:
+    """Is the core patched (or native with the name lookup) and does RECORD tell the truth?
+    Reads only."""
+    try:
         core = locate(site)
+    except PatchError as err:
+        return False, Status(None, None, UNSUPPORTED, detail=str(err)), [str(err)]
+    with lock.shared(core.site):
+        core = locate(site)
+        current = _judge(core)
+        problems: list[str] = []
+        if not current.ready:
+            problems.append(f"state is {current.state}, expected {PATCHED} (or {NATIVE} with "
+                            f"the overlay's name lookup)"
+                            f"{': ' + current.detail if current.detail else ''}")
+            return False, current, problems
         record = core.dist_info / "RECORD"
         if record.exists():
-            rows = {r.split(",", 1)[0]: r.strip().split(",") for r in record.read_bytes().decode().splitlines()}
+            rows = {r.split(",", 1)[0]: r.rstrip("\r\n")
+                    for r in record.read_bytes().decode().splitlines()}
             for path in [core.site / f["path"] for f in current.files] + [
                     core.dist_info / "METADATA", core.dist_info / MARKER]:
                 rel = path.relative_to(core.site).as_posix()
-                row = rows.get(rel)
-                if row is None or row[1] != _record_hash(path.read_bytes()):
+                if rows.get(rel) != record_row(rel, path.read_bytes(), end=""):
                     problems.append(f"RECORD row for {rel} does not match the file")
-        for path in core.site.joinpath("megatron").rglob(f"*{BAK_SUFFIX}"):
-            problems.append(f"leftover backup {path}")
-        for path in core.site.joinpath("megatron").rglob(f"*{NEW_SUFFIX}"):
-            problems.append(f"leftover staged file {path}")
+        patch_set = match_patch_set(core.release, lambda rel: sha256_of(core.site / rel))
+        for path in transaction.leftovers(_patched_dirs(core, patch_set)):
+            problems.append(f"leftover of an interrupted run: {path}")
     return not problems, current, problems

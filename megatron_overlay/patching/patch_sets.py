@@ -1,4 +1,10 @@
-"""The patch sets shipped in ``patches/``: one per supported megatron-core release."""
+"""The patch sets shipped in ``patches/``: one per supported megatron-core release.
+
+A release is served by its own patch set or, failing that, by the patch set whose files
+it has byte for byte: yanked 0.18.1 and 0.19.1 ship 0.18.0's and 0.19.0's ``gpt_model.py``.
+Matching by content, never by a version range, means an unknown core is refused rather
+than patched on a guess.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -58,3 +65,19 @@ def find_patch_set(release: str | None) -> PatchSet | None:
                     for f in manifest["files"]),
         diff_text=folder.joinpath(manifest["patch"]).read_text(),
     )
+
+
+def match_patch_set(release: str | None, sha256_of: Callable[[str], str | None]
+                    ) -> PatchSet | None:
+    """The patch set for ``release``: its own, else one whose every file is, byte for byte,
+    the upstream or patched file now installed (``sha256_of(relative path)``), newest first.
+    """
+    own = find_patch_set(release)
+    if own is not None:
+        return own
+    for candidate in reversed(supported_releases()):
+        patch_set = find_patch_set(candidate)
+        if all(sha256_of(f.path) in (f.upstream_sha256, f.patched_sha256)
+               for f in patch_set.files):
+            return patch_set
+    return None

@@ -1,0 +1,61 @@
+"""One inter-process lock per site directory, so that every rank of a job may run set-up.
+
+Clusters run the set-up step on every rank at once, often on one shared environment.
+Writers (``patch``, ``unpatch``) hold the lock exclusively; readers (``status``,
+``verify``) hold it shared, so they wait for a writer and then see a finished state.
+
+The lock is ``flock`` on ``<site>/.megatron-overlay.lock``. The file lives beside the
+distributions, never inside megatron-core's dist-info (pip would leave an unrecorded file
+there behind on uninstall or reinstall). It is created by the first writer and never
+deleted (deleting a lock file races with processes waiting on it); a reader never creates
+it: where it does not exist, no overlay command has ever written here, and the reader
+proceeds without a lock. The kernel releases the lock when its holder dies, so a killed
+run never leaves it held. On Linux, ``flock`` on NFS is carried by NFS byte-range locks,
+so ranks on several hosts sharing one environment serialize too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+LOCK_NAME = ".megatron-overlay.lock"
+
+
+def lock_path(directory: Path) -> Path:
+    return Path(directory) / LOCK_NAME
+
+
+@contextlib.contextmanager
+def exclusive(directory: Path):
+    """Hold the directory's lock exclusively (creating its file); waits for other holders."""
+    path = lock_path(directory)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as err:
+        from .core import PatchError
+
+        raise PatchError(f"cannot create the lock file {path} ({err.strerror}): run with "
+                         f"permission to modify this environment") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+@contextlib.contextmanager
+def shared(directory: Path):
+    """Hold the directory's lock shared, if it exists; never creates anything."""
+    try:
+        fd = os.open(lock_path(directory), os.O_RDONLY)
+    except OSError:  # never written by the overlay, or not readable: nothing to wait for
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)

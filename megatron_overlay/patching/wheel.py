@@ -1,0 +1,153 @@
+"""Build a patched megatron-core wheel: ``megatron_core-X+overlay.1-<upstream tags>.whl``.
+
+Clusters pin one release and rebuild images from lockfiles; patching site-packages after
+the package manager is done does not survive ``pip install --force-reinstall``, ``uv
+sync`` or a hash-pinned requirements file. A wheel does: patch once when the image is
+built, then let pip or uv install it like any other package. Its version carries the PEP
+440 local label, so the users' own pin ``megatron-core==X`` selects it from a
+``--find-links`` wheelhouse.
+
+The upstream wheel is checked before anything is written: its name and version, and the
+sha256 of every file the patch set touches (an unknown release, or files that differ from
+the release's, are refused, naming the file). The result is reproducible: entries keep
+upstream's order, timestamps and attributes; only the patched files, METADATA's Version
+line, the dist-info's name, the overlay's marker and RECORD change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from . import lock
+from .core import LOCAL_LABEL, MARKER, PatchError, marker_bytes, record_row, transformed, with_version
+from .patch_sets import match_patch_set, supported_releases
+
+WHEEL_NAME = "megatron_core"  # the distribution's name as wheel file names spell it
+_FILENAME = re.compile(r"^megatron_core-(?P<version>[^-]+)-(?P<tags>.+)\.whl$")
+
+
+def download(release: str, dest: Path, python_version: str | None = None,
+             platform: str | None = None) -> Path:
+    """Upstream's wheel of ``release`` for this Python (or the one named), with pip."""
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+           "--no-deps", "--only-binary=:all:", "--dest", str(dest),
+           f"megatron-core=={release}"]
+    if python_version:
+        cmd += ["--python-version", python_version]
+    if platform:
+        cmd += ["--platform", platform]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    found = sorted(dest.glob(f"{WHEEL_NAME}-{release}-*.whl"))
+    if proc.returncode != 0 or not found:
+        raise PatchError(f"could not download megatron-core=={release} with pip: "
+                         f"{(proc.stderr or proc.stdout).strip()[-800:]}")
+    return found[0]
+
+
+def _dist_info(names: list[str]) -> str:
+    found = {n.split("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA")
+             and n.count("/") == 1}
+    if len(found) != 1:
+        raise PatchError(f"not a wheel with one .dist-info: found {sorted(found) or 'none'}")
+    return found.pop()
+
+
+def _metadata_field(metadata: bytes, field: str) -> str | None:
+    match = re.search(rb"^" + field.encode() + rb": (.*)$", metadata, flags=re.M)
+    return match.group(1).decode().strip() if match else None
+
+
+def build(release: str, source: Path, out_dir: Path) -> Path:
+    """Write the patched wheel of ``release`` built from upstream's ``source`` wheel into
+    ``out_dir``; returns its path. Writes nothing when the source is refused."""
+    match = _FILENAME.match(source.name)
+    if match is None:
+        raise PatchError(f"{source.name} is not a megatron-core wheel file name "
+                         f"(megatron_core-<version>-<tags>.whl)")
+    with zipfile.ZipFile(source) as upstream:
+        infos = upstream.infolist()
+        contents = {info.filename: upstream.read(info) for info in infos}
+    old_info = _dist_info(list(contents))
+    metadata = contents[f"{old_info}/METADATA"]
+    name = (_metadata_field(metadata, "Name") or "").lower().replace("_", "-")
+    version = _metadata_field(metadata, "Version")
+    if name != "megatron-core" or version != release or match["version"] != release:
+        raise PatchError(f"{source.name} holds {name or '?'} {version or '?'}, not upstream "
+                         f"megatron-core {release}; nothing was written")
+
+    def sha_of(rel: str) -> str | None:
+        data = contents.get(rel)
+        return None if data is None else hashlib.sha256(data).hexdigest()
+
+    patch_set = match_patch_set(release, sha_of)
+    if patch_set is None:
+        raise PatchError(f"megatron-core {release} is not supported: its files match no patch "
+                         f"set (supported: {', '.join(supported_releases())}); nothing was "
+                         f"written")
+    for entry in patch_set.files:
+        if sha_of(entry.path) != entry.upstream_sha256:
+            raise PatchError(f"{source.name}: {entry.path} differs from upstream megatron-core "
+                             f"{patch_set.release}'s; refusing to build from a modified wheel; "
+                             f"nothing was written")
+
+    version = f"{release}+{LOCAL_LABEL}"
+    new_info = f"{WHEEL_NAME}-{version}.dist-info"
+    changed = dict(transformed(patch_set, contents.__getitem__))
+    changed[f"{old_info}/METADATA"] = with_version(metadata, version)
+    marker_rel = f"{old_info}/{MARKER}"
+    changed[marker_rel] = marker_bytes(patch_set, release, release, "wheel")
+    record_rel = f"{old_info}/RECORD"
+    rename = lambda rel: new_info + rel[len(old_info):] if rel.startswith(old_info + "/") else rel  # noqa: E731
+
+    # Entries in upstream's order, the marker just before RECORD, which stays last.
+    order = [i for i in infos if i.filename != record_rel]
+    order.append(_clone(_entry(infos, f"{old_info}/METADATA"), marker_rel))
+    record_info = _entry(infos, record_rel)
+    rows = [record_row(rename(i.filename), changed.get(i.filename, contents.get(i.filename, b"")))
+            for i in order]
+    record = "".join(rows) + f"{rename(record_rel)},,\n"
+    changed[record_rel] = record.encode()
+    order.append(record_info)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{WHEEL_NAME}-{version}-{match['tags']}.whl"
+    with lock.exclusive(out_dir):
+        tmp = Path(tempfile.mkstemp(dir=out_dir, prefix=".building-", suffix=".whl")[1])
+        try:
+            with zipfile.ZipFile(tmp, "w") as wheel:
+                for info in order:
+                    data = changed.get(info.filename, contents.get(info.filename))
+                    wheel.writestr(_clone(info, rename(info.filename)), data)
+            tmp.replace(target)  # atomic: readers see the old wheel or the whole new one
+        finally:
+            tmp.unlink(missing_ok=True)
+    return target
+
+
+def _entry(infos: list[zipfile.ZipInfo], name: str) -> zipfile.ZipInfo:
+    for info in infos:
+        if info.filename == name:
+            return info
+    raise PatchError(f"the wheel has no {name}")
+
+
+def _clone(info: zipfile.ZipInfo, filename: str) -> zipfile.ZipInfo:
+    """A new entry named ``filename`` with ``info``'s timestamp, compression and mode bits
+    (nothing from this machine or this moment: the build is reproducible)."""
+    clone = zipfile.ZipInfo(filename, date_time=info.date_time)
+    clone.compress_type, clone.external_attr = info.compress_type, info.external_attr
+    clone.create_system = info.create_system
+    return clone
+
+
+def requirement_line(path: Path) -> str:
+    """A hash-pinned requirements line for the built wheel."""
+    version = _FILENAME.match(path.name)["version"]
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return f"megatron-core=={version} --hash=sha256:{digest}"
