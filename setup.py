@@ -28,7 +28,8 @@ setup(
         "te": ["transformer-engine"],
         "flash-attn": ["flash-attn"],
         "gpu": ["triton>=3.0"],
-        "test": ["pytest>=7", "hypothesis>=6"],
+        # uv: the tests install the overlay's wheels with it too
+        "test": ["pytest>=7", "hypothesis>=6", "uv"],
     },
     entry_points={"console_scripts": ["megatron-overlay=megatron_overlay.cli:main"]},
     classifiers=[

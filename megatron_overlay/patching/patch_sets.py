@@ -70,12 +70,19 @@ def find_patch_set(release: str | None) -> PatchSet | None:
 def match_patch_set(release: str | None, sha256_of: Callable[[str], str | None]
                     ) -> PatchSet | None:
     """The patch set for ``release``: its own, else one whose every file is, byte for byte,
-    the upstream or patched file now installed (``sha256_of(relative path)``), newest first.
+    the upstream or patched file now installed (``sha256_of(relative path)``); the nearest
+    release first, older ones before newer (0.18.1 is served by 0.18.0's, not 0.18.2's).
     """
     own = find_patch_set(release)
     if own is not None:
         return own
-    for candidate in reversed(supported_releases()):
+    try:
+        key = _version_key(release)
+    except (AttributeError, ValueError):
+        key = ()
+    older = [r for r in supported_releases() if _version_key(r) <= key]
+    newer = [r for r in supported_releases() if _version_key(r) > key]
+    for candidate in [*reversed(older), *newer]:
         patch_set = find_patch_set(candidate)
         if all(sha256_of(f.path) in (f.upstream_sha256, f.patched_sha256)
                for f in patch_set.files):

@@ -3,34 +3,53 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 
 from megatron_overlay import patching
+from megatron_overlay.patching.lock import LOCK_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 SUPPORT = REPO / "tests" / "support"
+# tools/env.sh keeps upstream's wheel of each release it set up here
+UPSTREAM_WHEELS = REPO / ".venv" / "wheelhouse" / "upstream"
 
 
-def copy_core(dest: Path) -> Path:
-    """Copy the installed core (megatron/ and its dist-info) into ``dest``; no .pyc files."""
-    core = patching.locate()
+def upstream_wheel_of(release: str, python_version: str | None = None) -> Path:
+    """Upstream's megatron-core wheel of ``release`` (downloaded once, kept in .venv/)."""
+    from megatron_overlay.patching import wheel
+
+    found = sorted(UPSTREAM_WHEELS.glob(f"megatron_core-{release}-*.whl"))
+    if found:
+        return found[0]
+    UPSTREAM_WHEELS.mkdir(parents=True, exist_ok=True)
+    return wheel.download(release, UPSTREAM_WHEELS, python_version,
+                          "manylinux_2_28_x86_64" if python_version else None)
+
+
+def unpack(wheel_path: Path, dest: Path) -> Path:
+    """A wheel's files as an importable site directory (what pip installs, minus .pyc)."""
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(core.site / "megatron", dest / "megatron",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(core.dist_info, dest / core.dist_info.name)
+    with zipfile.ZipFile(wheel_path) as whl:
+        whl.extractall(dest)
     return dest
 
 
+def copy_core(dest: Path) -> Path:
+    """Upstream's files of the installed core's release, as a site directory in ``dest``."""
+    return unpack(upstream_wheel_of(patching.locate().release), dest)
+
+
 def tree_digest(root: Path) -> dict[str, bytes]:
-    """Every file under root except bytecode caches: path -> bytes."""
+    """Every file under root except bytecode caches and the overlay's lock file (which
+    lives beside the distributions on purpose): path -> bytes."""
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts}
+            if p.is_file() and "__pycache__" not in p.parts and p.name != LOCK_NAME}
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +62,6 @@ def trees(tmp_path_factory, installed):
     """Two copies of the installed core: restored to upstream, and patched."""
     root = tmp_path_factory.mktemp("cores")
     upstream = copy_core(root / "upstream")
-    patching.revert(upstream)
     patched = copy_core(root / "patched")
     patching.apply(patched)
     return {"upstream": upstream, "patched": patched}
@@ -51,10 +69,8 @@ def trees(tmp_path_factory, installed):
 
 @pytest.fixture()
 def core_copy(tmp_path) -> Path:
-    """A fresh copy of the installed core, restored to upstream, for patching tests."""
-    tree = copy_core(tmp_path / "core")
-    patching.revert(tree)
-    return tree
+    """Upstream's files of the installed core's release, for patching tests."""
+    return copy_core(tmp_path / "core")
 
 
 def run_worker(tree: Path | None, tp: int, mode: str | None, out: Path,

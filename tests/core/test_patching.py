@@ -100,29 +100,6 @@ def test_failure_midway_leaves_the_tree_unpatched(core_copy, monkeypatch):
     assert patching.status(core_copy).name_lookup is False
 
 
-def test_process_killed_midway_is_rolled_back_by_the_next_command(core_copy):
-    """A hard kill between renames leaves a journal; the next command restores upstream."""
-    before = tree_digest(core_copy)
-    script = (
-        "import os, sys\n"
-        "from megatron_overlay import patching\n"
-        "from megatron_overlay.patching import transaction\n"
-        "real, n = os.replace, [0]\n"
-        "def dying(src, dst):\n"
-        "    n[0] += 1\n"
-        "    if n[0] == 3: os._exit(9)\n"
-        "    real(src, dst)\n"
-        "transaction.os.replace = dying\n"
-        f"patching.apply({str(core_copy)!r})\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO)
-    assert proc.returncode == 9
-    assert tree_digest(core_copy) != before  # really half-way: one file renamed, journal left
-    st = patching.status(core_copy)  # recovers first
-    assert not st.name_lookup and st.state in (patching.UNPATCHED, patching.NATIVE)
-    assert tree_digest(core_copy) == before
-
-
 def test_metadata_tells_the_truth(core_copy):
     upstream = patching.status(core_copy)
     st = patching.apply(core_copy)
