@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Create (or reuse) .venv/core-<VERSION>: torch, megatron-core==<VERSION>, this project
-# (editable), and the overlay's patch applied to that core. Prints the venv path last.
+# Create (or reuse) .venv/core-<VERSION>: torch, megatron-core==<VERSION> installed through
+# the overlay's own wheel (the cluster route of the README), this project (editable).
+# Prints the venv path last.
 #   tools/env.sh [VERSION]        VERSION defaults to $MEGATRON_CORE_VERSION, then 0.13.1
+#   VENV_ROOT=DIR tools/env.sh    venvs under DIR instead of .venv
+# Wheels: .venv/wheelhouse/upstream holds upstream's wheel of each release set up here (the
+# tests build from it too), .venv/wheelhouse the overlay's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version="${1:-${MEGATRON_CORE_VERSION:-0.13.1}}"
-venv=".venv/core-$version"
+venv="${VENV_ROOT:-.venv}/core-$version"
+wheelhouse=".venv/wheelhouse"
 minor=$(echo "$version" | cut -d. -f2)
 if [ "$minor" -ge 17 ]; then  # megatron-core >= 0.17 needs Python >= 3.12
   python="${PYTHON312:-$(pyenv root 2>/dev/null)/versions/3.12.1/bin/python}"
@@ -14,16 +19,28 @@ else
   python="${PYTHON311:-python3.11}"
 fi
 stamp="$venv/.overlay-ready"
-if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ] || [ "patches/$version/manifest.json" -nt "$stamp" ]; then
   echo "setting up $venv (megatron-core $version, $($python --version))" >&2
   "$python" -m venv "$venv"
   pip=("$venv/bin/python" -m pip -q --disable-pip-version-check)
-  # torch 2.13.0: a local CPU wheel on Python 3.11; the registry's CUDA build on 3.12
-  # (it runs on CPU). megatron-core 0.13.x forgets to declare `packaging`.
-  "${pip[@]}" install torch==2.13.0 "megatron-core==$version" packaging
+  # 1. the overlay's wheel of this release, from upstream's (the README's cluster route)
+  mkdir -p "$wheelhouse/upstream"
+  ls "$wheelhouse/upstream/megatron_core-$version-"*.whl >/dev/null 2>&1 ||
+    "${pip[@]}" download --no-deps --only-binary=:all: -d "$wheelhouse/upstream" \
+      "megatron-core==$version"
+  upstream=$(ls "$wheelhouse/upstream/megatron_core-$version-"*.whl | head -n 1)
+  PYTHONPATH=. "$venv/bin/python" -m megatron_overlay.cli wheel "$version" --from "$upstream" \
+    --out "$wheelhouse" >&2
+  # 2. torch 2.13.0: a local CPU wheel on Python 3.11; the registry's CUDA build on 3.12
+  # (it runs on CPU). megatron-core 0.13.x forgets to declare `packaging`. The pin
+  # megatron-core==X selects X+overlay.1 from the wheelhouse; --force-reinstall replaces a
+  # core an earlier set-up left here.
+  "${pip[@]}" install torch==2.13.0 packaging --find-links "$wheelhouse" "megatron-core==$version"
+  "${pip[@]}" install --no-deps --force-reinstall --find-links "$wheelhouse" \
+    "megatron-core==$version"
   "${pip[@]}" install -e ".[test]"
   touch "$stamp"
 fi
-# Idempotent: a no-op when the core is already patched.
-"$venv/bin/megatron-overlay" patch >&2
+# The core must be ready (patched, or native with the name lookup); exit code 1 if not.
+"$venv/bin/megatron-overlay" status >&2
 echo "$venv"
