@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""The compatibility matrix: every supported megatron-core release, patched and tested.
+"""The compatibility matrix: every supported megatron-core release, by both install routes.
 
-For each release: fetch its wheel, install it with ``pip install --no-deps --target`` into
-a scratch directory, record the state, apply the overlay's patch set, byte-compile,
-``verify``, then run the contract tests (tests/core/test_hook_contract.py and
-tests/core/test_patching.py: real GPTModel, gloo, TP 1 and 2) with that directory first
-on PYTHONPATH, under the Python/torch environment of the release's family (tools/env.sh).
-Writes docs/COMPATIBILITY.md.
+For each release, under the Python/torch environment of the release's family
+(tools/env.sh):
+- in place: upstream's wheel installed with ``pip install --no-deps --target`` into a
+  scratch directory, its state recorded, the overlay's patch set applied, byte-compiled,
+  ``verify``-ed;
+- wheel: ``megatron-overlay wheel`` built from upstream's wheel, installed with
+  ``pip install --no-deps --target`` into a fresh directory, ``verify``-ed, and the
+  contract tests (tests/core/test_hook_contract.py, test_patching.py, test_install.py:
+  real GPTModel, gloo, TP 1 and 2; patch/unpatch/refuse/kill on upstream's files) run with
+  that directory first on PYTHONPATH.
+Writes docs/COMPATIBILITY.md. Releases: every patch set, plus the yanked releases that
+patch sets serve by content (0.18.1, 0.19.1).
 
-    python tools/compat_matrix.py                  # every release (about 40 min on 2 cores)
+    python tools/compat_matrix.py                  # every release (about 60 min on 2 cores)
     python tools/compat_matrix.py 0.13.0 0.17.1    # some (rows for others are kept)
 """
 
@@ -30,13 +36,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tools"))
 
-from make_patches import fetch_wheel  # noqa: E402
+from make_patches import SAME_FILES_AS, fetch_wheel  # noqa: E402
 
 from megatron_overlay import patching  # noqa: E402
 
 OUT = REPO / "docs" / "COMPATIBILITY.md"
 RESULTS = REPO / "docs" / "compatibility.json"
-CONTRACT_TESTS = ["tests/core/test_hook_contract.py", "tests/core/test_patching.py"]
+CONTRACT_TESTS = ["tests/core/test_hook_contract.py", "tests/core/test_patching.py",
+                  "tests/core/test_install.py"]
 
 
 def family_env(release: str) -> str:
@@ -58,22 +65,43 @@ def run_release(release: str, work: Path, cache: Path) -> dict:
     row["python"] = subprocess.run([str(python), "-c", "import platform;print(platform."
                                     "python_version())"], capture_output=True,
                                    text=True).stdout.strip()
+    upstream = fetch_wheel(release, cache)
+    install = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+               "--disable-pip-version-check", "--target"]
     site = work / release
     shutil.rmtree(site, ignore_errors=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-                    "--disable-pip-version-check", "--target", str(site),
-                    str(fetch_wheel(release, cache))], check=True)
+    subprocess.run([*install, str(site), str(upstream)], check=True)
     before = patching.status(site)
     row["upstream_state"] = before.state
     after = patching.apply(site)
     row.update(state=after.state, patch_set=after.patch_set, hook=after.hook,
-               name_lookup=after.name_lookup)
+               name_lookup=after.name_lookup, same_files_as=after.same_files_as)
     compiled = subprocess.run([str(python), "-m", "compileall", "-q", str(site / "megatron")],
                               capture_output=True, text=True)
     row["byte_compiled"] = compiled.returncode == 0
     ok, _, problems = patching.verify(site)
     row["verify"] = "ok" if ok else "; ".join(problems)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(REPO)]),
+    shutil.rmtree(site, ignore_errors=True)
+
+    # the wheel route: build, install into a fresh target, verify, run the contract tests
+    built = subprocess.run([str(python), "-m", "megatron_overlay.cli", "wheel", release,
+                            "--from", str(upstream), "--out", str(work / "wheelhouse")],
+                           cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                           capture_output=True, text=True, check=True)
+    wheel = Path(built.stdout.strip().splitlines()[-1])
+    row["wheel"] = wheel.name
+    target = work / f"{release}-wheel"
+    shutil.rmtree(target, ignore_errors=True)
+    subprocess.run([*install, str(target), str(wheel)], check=True)
+    ok, st, problems = patching.verify(target)
+    row["wheel_verify"] = "ok" if ok else "; ".join(problems)
+    row["wheel_state"] = st.state
+    # the tests take upstream's wheel from where tools/env.sh keeps them
+    keep = REPO / ".venv" / "wheelhouse" / "upstream"
+    keep.mkdir(parents=True, exist_ok=True)
+    if not list(keep.glob(upstream.name)):
+        shutil.copy(upstream, keep)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), str(REPO)]),
                PYTHONWARNINGS="ignore")
     tests = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                             *CONTRACT_TESTS], cwd=REPO, env=env, capture_output=True,
@@ -84,7 +112,7 @@ def run_release(release: str, work: Path, cache: Path) -> dict:
     row["tests_ok"] = tests.returncode == 0
     if not row["tests_ok"]:
         row["tests_tail"] = tests.stdout[-2000:]
-    shutil.rmtree(site, ignore_errors=True)
+    shutil.rmtree(target, ignore_errors=True)
     print(json.dumps(row), flush=True)
     return row
 
@@ -95,24 +123,30 @@ def write_markdown(rows: list[dict]) -> None:
         "",
         "Generated by `python tools/compat_matrix.py` "
         f"on {datetime.date.today().isoformat()}, {platform.machine()} CPU, no GPU "
-        "(gloo, TP 1 and 2). For each release: the wheel installed with "
+        "(gloo, TP 1 and 2). For each release, in place: upstream's wheel installed with "
         "`pip install --no-deps --target`, the overlay's patch set applied, the tree "
-        "byte-compiled and `verify`-ed, then the contract tests "
-        f"({', '.join(f'`{t}`' for t in CONTRACT_TESTS)}) run against it: signatures as 0.18, "
+        "byte-compiled and `verify`-ed; wheel route: `megatron-overlay wheel` built from "
+        "upstream's wheel, installed with `pip install --no-deps --target` into a fresh "
+        "directory and `verify`-ed, then the contract tests "
+        f"({', '.join(f'`{t}`' for t in CONTRACT_TESTS)}) run against that installed core: "
+        "signatures as 0.18, "
         "no-processor outputs and gradients bit-identical to upstream, a 0.18-style processor "
         "reproducing the default exactly, kwargs by name and order, patch/unpatch/refuse/"
-        "interrupt. States: `patched` = hook back-ported; `native` = hook built in, overlay "
-        "adds the name lookup only. On native releases one test is skipped: the probe's "
-        "missing-hook error needs a core without the hook.",
+        "kill at every write, wheels, pip/uv installs. States: `patched` = hook back-ported; "
+        "`native` = hook built in, overlay adds the name lookup only. On native releases one "
+        "test is skipped: the probe's missing-hook error needs a core without the hook. "
+        "Yanked 0.18.1 and 0.19.1 are served by 0.18.0's and 0.19.0's patch sets (their "
+        "`gpt_model.py` is byte-identical).",
         "",
-        "| release | Python | upstream state | state after `patch` | patch set | "
-        "byte-compiled | verify | contract tests |",
-        "|---|---|---|---|---|---|---|---|",
+        "| release | Python | upstream state | in place: `patch` | patch set | "
+        "byte-compiled | verify | wheel: installed | verify | contract tests (on the wheel) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in sorted(rows, key=lambda r: tuple(int(p) for p in r["release"].split("."))):
         lines.append(
             f"| {row['release']} | {row['python']} | {row['upstream_state']} | {row['state']} | "
             f"{row['patch_set']} | {'yes' if row['byte_compiled'] else 'NO'} | {row['verify']} "
+            f"| {row.get('wheel_state', '-')} | {row.get('wheel_verify', '-')} "
             f"| {'PASS' if row['tests_ok'] else 'FAIL'}: {row['tests']} |")
     OUT.write_text("\n".join(lines) + "\n")
 
@@ -128,7 +162,9 @@ def main() -> None:
     if args.rewrite:
         write_markdown(json.loads(RESULTS.read_text()))
         return
-    releases = args.releases or list(patching.supported_releases())
+    releases = args.releases or sorted(
+        [*patching.supported_releases(), *SAME_FILES_AS],
+        key=lambda r: tuple(int(p) for p in r.split(".")))
     args.cache.mkdir(parents=True, exist_ok=True)
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
     rows = {r["release"]: r for r in previous}
