@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from . import torch_chunked
 from .params import LogprobParams
+from .temperature import inverse_temperature
 
 IMPL_ENV = "MEGATRON_OVERLAY_IMPL"  # "torch" or "triton"; default: triton on CUDA
 
@@ -74,7 +75,7 @@ class LinearLogprobEntropy(torch.autograd.Function):
         tp = tp_group is not None and dist.get_world_size(tp_group) > 1
         vocab_start = dist.get_rank(tp_group) * weight.shape[0] if tp else 0
         local_labels = _local_labels(labels, vocab_start, weight.shape[0], params.ignore_index)
-        inv_t = params.inv_temperature
+        inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
         stats = impl.forward_stats(hidden, weight, local_labels, inv_t, params.return_entropy)
         if tp:
             stats = merge_stats(stats, tp_group)
@@ -91,6 +92,7 @@ class LinearLogprobEntropy(torch.autograd.Function):
             entropy = torch.where(valid, log_sum_exp - mean_shifted, torch.zeros_like(lse))
 
         ctx.params, ctx.tp_group, ctx.tp, ctx.impl = params, tp_group, tp, impl
+        ctx.inv_t = inv_t  # a float, or an fp32 [N] tensor (not an autograd input)
         if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive
             ctx.save_for_backward(hidden, weight, local_labels, lse, mean_z, valid)
         return log_probs, entropy
@@ -107,7 +109,7 @@ class LinearLogprobEntropy(torch.autograd.Function):
         # d_weight: fp32 accumulation, one rounding to the weight's dtype (inside the impl,
         # which saves an fp32 [V, H] buffer and its cast on GPU)
         d_hidden, d_weight = ctx.impl.backward(
-            hidden, weight, local_labels, ctx.params.inv_temperature, lse, mean_z, g_lp, g_h,
+            hidden, weight, local_labels, ctx.inv_t, lse, mean_z, g_lp, g_h,
             d_weight_dtype=weight.dtype)
         if ctx.tp:  # each shard holds part of d_hidden: complete it on every rank
             dist.all_reduce(d_hidden, group=ctx.tp_group)
@@ -117,7 +119,7 @@ class LinearLogprobEntropy(torch.autograd.Function):
 
 
 def linear_logprob_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                           *, temperature: float = 1.0, return_entropy: bool = True,
+                           *, temperature=1.0, return_entropy: bool = True,
                            ignore_index: int = -100, tp_group=None):
     """Per-token log-prob of ``labels`` and entropy under ``softmax(hidden @ weight.T / T)``.
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from .temperature import validate_temperature  # noqa: F401  (also re-exported from here)
 
 DEFAULT_IGNORE_INDEX = -100
 
 
 @dataclass(frozen=True)
 class LogprobParams:
-    temperature: float = 1.0
+    # A float, or a tensor of per-token temperatures (ops/temperature.py)
+    temperature: "float | torch.Tensor" = 1.0
     return_entropy: bool = True
     ignore_index: int = DEFAULT_IGNORE_INDEX
 
@@ -25,6 +27,11 @@ class LogprobParams:
 
     @property
     def inv_temperature(self) -> float:
+        """For a float temperature; the ops turn a tensor into per-row values themselves
+        (temperature.inverse_temperature)."""
+        if not isinstance(self.temperature, (int, float)):
+            raise TypeError("inv_temperature is defined for a float temperature only; use "
+                            "ops.temperature.inverse_temperature for a tensor")
         return 1.0 / float(self.temperature)
 
     @classmethod
@@ -39,11 +46,3 @@ class LogprobParams:
             values = {n: getattr(context, n) for n in names if hasattr(context, n)}
         return cls(**values)
 
-
-def validate_temperature(temperature) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature must be a float, got {type(temperature).__name__}; "
-                        f"pass e.g. temperature=0.7")
-    if not math.isfinite(temperature) or temperature <= 0:
-        raise ValueError(f"temperature must be finite and > 0, got {temperature}; "
-                         f"use 1.0 for the unscaled distribution")

@@ -4,9 +4,12 @@ Tokens x vocab tiles, fp32 accumulation, online log-sum-exp: memory O(N + TOKEN_
 VOCAB_CHUNK), never O(N x V). Backward recomputes each tile's logits.
 
 Stage contract, shared with the Triton kernels (ops/kernels/):
+  inv_temperature: a Python float (one temperature for every row) or an fp32 [N] tensor
+      on the hidden states' device (row i scaled by inv_temperature[i]; NaN for a row
+      whose temperature was invalid, see ops/temperature.py). Every stage takes either.
   forward_stats(hidden [N,H], weight [V,H], local_labels [N] (index into this vocab shard,
       or -1), inv_temperature, with_entropy) -> [N, 4] fp32 per-token statistics of
-      z = (hidden @ weight.T) * inv_temperature over this shard:
+      z = (hidden @ weight.T) * inv_temperature (per row) over this shard:
       (m = max z, s = sum exp(z - m), t = sum exp(z - m) * (z - m), z[label] or 0);
       t is taken relative to the max so that entropy = log s - t / s has no cancellation
       between two large numbers (lse and E[z]) at low temperatures
@@ -20,6 +23,14 @@ from __future__ import annotations
 
 import torch
 
+
+def row_slice(inv_temperature, rows: slice):
+    """A token chunk's inverse temperature: the float, or that chunk's [n, 1] column."""
+    if isinstance(inv_temperature, torch.Tensor):
+        return inv_temperature[rows, None]
+    return inv_temperature
+
+
 # A tile of TOKEN_CHUNK x VOCAB_CHUNK fp32 logits is 16 MiB: big enough for an efficient
 # CPU matmul, small enough that peak memory does not grow with N or V.
 TOKEN_CHUNK = 1024
@@ -27,7 +38,7 @@ VOCAB_CHUNK = 4096
 
 
 def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
-                  inv_temperature: float, with_entropy: bool,
+                  inv_temperature, with_entropy: bool,
                   token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK) -> torch.Tensor:
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
     stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=hidden.device)
@@ -35,10 +46,11 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
     for n0 in range(0, n_tokens, token_chunk):
         h = hidden[n0:n0 + token_chunk].float()
         labels = local_labels[n0:n0 + token_chunk]
+        inv_t = row_slice(inv_temperature, slice(n0, n0 + token_chunk))
         row_max, sum_exp, sum_exp_z, z_label = stats[n0:n0 + token_chunk].unbind(1)
         for v0 in range(0, vocab, vocab_chunk):
             z = h @ weight[v0:v0 + vocab_chunk].float().T
-            z.mul_(inv_temperature)
+            z.mul_(inv_t)
             in_tile = (labels >= v0) & (labels < v0 + z.shape[1])
             picked = z.gather(1, (labels - v0).clamp(0, z.shape[1] - 1)[:, None]).squeeze(1)
             z_label.add_(torch.where(in_tile, picked, torch.zeros_like(picked)))
@@ -58,7 +70,7 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
 
 
 def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
-             inv_temperature: float, lse: torch.Tensor, mean_z: torch.Tensor | None,
+             inv_temperature, lse: torch.Tensor, mean_z: torch.Tensor | None,
              grad_logprob: torch.Tensor, grad_entropy: torch.Tensor | None, *,
              d_weight_dtype: torch.dtype | None = None,
              token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK):
@@ -70,9 +82,10 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
         sl = slice(n0, n0 + token_chunk)
         h = hidden[sl].float()
         labels, g_lp, row_lse = local_labels[sl], grad_logprob[sl], lse[sl]
+        inv_t = row_slice(inv_temperature, sl)
         for v0 in range(0, vocab, vocab_chunk):
             w = weight[v0:v0 + vocab_chunk].float()
-            z = (h @ w.T) * inv_temperature
+            z = (h @ w.T) * inv_t
             p = torch.exp(z - row_lse[:, None])
             grad_z = -p * g_lp[:, None]
             if grad_entropy is not None:
@@ -80,7 +93,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             in_tile = (labels >= v0) & (labels < v0 + z.shape[1])
             rows = in_tile.nonzero().squeeze(1)
             grad_z[rows, labels[rows] - v0] += g_lp[rows]
-            grad_z *= inv_temperature
+            grad_z *= inv_t
             d_hidden[sl] += grad_z @ w
             d_weight[v0:v0 + vocab_chunk] += grad_z.T @ h
     return d_hidden, d_weight.to(d_weight_dtype or torch.float32)

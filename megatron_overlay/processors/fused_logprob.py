@@ -13,12 +13,14 @@ upstream 0.18+ core without the overlay (pass the function instead of its name).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from typing import Any, NamedTuple
 
 import torch
 
 from ..ops.linear_logprob import LinearLogprobEntropy, validate_inputs
 from ..ops.params import LogprobParams
+from ..ops.temperature import rows_from_batch_seq
 from .registry import register
 
 
@@ -70,38 +72,65 @@ def _logit_scale(scale_logits, like: torch.Tensor) -> float:
     return factor
 
 
-def _run_fused(hidden_states, output_layer, output_weight, labels, scale_logits,
-               params: LogprobParams):
-    """[s, b, h] hidden (SP shard or full) -> log-probs and entropy, [b, s] fp32."""
+class FlatInputs(NamedTuple):
+    """The hook's inputs as the ops take them: s-major token rows, this rank's vocab shard."""
+
+    hidden: torch.Tensor  # [s * b, h], a view of the (SP-gathered) [s, b, h] hidden states
+    weight: torch.Tensor  # [V_local, h]
+    tp_group: Any         # None at TP = 1
+    vocab_size: int       # global
+    seq: int
+    batch: int
+    temperature: Any      # float, 0-d or [s * b] tensor; MuP's output scale folded in
+
+    def as_bs(self, t: torch.Tensor | None) -> torch.Tensor | None:
+        """[s * b, ...] op output -> [b, s, ...]."""
+        return None if t is None else t.view(self.seq, self.batch, *t.shape[1:]).transpose(0, 1)
+
+
+def flatten_inputs(hidden_states, output_layer, output_weight, scale_logits,
+                   temperature) -> FlatInputs:
+    """[s, b, h] hidden (SP shard or full) and the output layer -> the ops' inputs.
+
+    ``temperature``: float, 0-d, [b] or [b, s] tensor (ops/temperature.py).
+    """
     from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
 
     weight = output_weight if output_weight is not None else output_layer.weight
     group = _tp_group(output_layer)
     tp = torch.distributed.get_world_size(group) if group is not None else 1
     if getattr(output_layer, "sequence_parallel", False) and tp > 1:
-        # As ColumnParallelLinear gathers along s. The op's d_hidden is already complete on
+        # As ColumnParallelLinear gathers along s. The ops' d_hidden is already complete on
         # every rank, so the backward of this gather only splits it (no reduce-scatter).
         hidden_states = gather_from_sequence_parallel_region(
             hidden_states, tensor_parallel_output_grad=False, group=group)
     seq, batch = hidden_states.shape[:2]
-    if labels.shape != (batch, seq):
-        raise ValueError(f"labels must be [batch, seq] = [{batch}, {seq}] to match the hidden "
-                         f"states, got {tuple(labels.shape)}")
     if hidden_states.dtype != weight.dtype:
         raise TypeError(f"hidden states ({hidden_states.dtype}) and output weight "
                         f"({weight.dtype}) dtypes differ")
+    temperature = rows_from_batch_seq(temperature, batch, seq)
     factor = _logit_scale(scale_logits, hidden_states)
     if factor != 1.0:
-        params = LogprobParams(temperature=params.temperature / factor,
-                               return_entropy=params.return_entropy,
-                               ignore_index=params.ignore_index)
+        temperature = temperature / factor
     flat_hidden = hidden_states.reshape(seq * batch, hidden_states.shape[-1])  # s-major view
-    flat_labels = labels.transpose(0, 1).reshape(seq * batch)
-    validate_inputs(flat_hidden, weight, flat_labels, params, vocab_size=weight.shape[0] * tp)
+    return FlatInputs(flat_hidden, weight, group if tp > 1 else None, weight.shape[0] * tp,
+                      seq, batch, temperature)
+
+
+def _run_fused(hidden_states, output_layer, output_weight, labels, scale_logits,
+               params: LogprobParams):
+    """[s, b, h] hidden (SP shard or full) -> log-probs and entropy, [b, s] fp32."""
+    flat = flatten_inputs(hidden_states, output_layer, output_weight, scale_logits,
+                          params.temperature)
+    if labels.shape != (flat.batch, flat.seq):
+        raise ValueError(f"labels must be [batch, seq] = [{flat.batch}, {flat.seq}] to match "
+                         f"the hidden states, got {tuple(labels.shape)}")
+    params = replace(params, temperature=flat.temperature)
+    flat_labels = labels.transpose(0, 1).reshape(flat.seq * flat.batch)
+    validate_inputs(flat.hidden, flat.weight, flat_labels, params, vocab_size=flat.vocab_size)
     log_probs, entropy = LinearLogprobEntropy.apply(
-        flat_hidden, weight, flat_labels, params, group if tp > 1 else None)
-    as_bs = lambda t: None if t is None else t.view(seq, batch).transpose(0, 1)  # noqa: E731
-    return as_bs(log_probs), as_bs(entropy)
+        flat.hidden, flat.weight, flat_labels, params, flat.tp_group)
+    return flat.as_bs(log_probs), flat.as_bs(entropy)
 
 
 def _require_labels(labels, name: str, instead: str):
@@ -118,8 +147,8 @@ def fused_logprob(
 ) -> FusedLogprobOutput:
     """Log-probs of ``labels`` and entropy under softmax(logits / temperature), fused.
 
-    context: None, a mapping or an object with ``temperature`` (default 1.0),
-    ``return_entropy`` (default True) and ``ignore_index`` (default -100).
+    context: None, a mapping or an object with ``temperature`` (default 1.0; a float, or a
+    [b] / [b, s] tensor of per-sample / per-token temperatures), ``return_entropy`` (default True) and ``ignore_index`` (default -100).
     """
     params = LogprobParams.from_context(context)
     _require_labels(labels, "fused_logprob",

@@ -29,8 +29,10 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 @triton.jit
 def _grad_tile(acc, rows, cols, N, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr, g_ent_ptr,
-               inv_t, scale, HAS_ENTROPY: tl.constexpr):
+               inv_t, inv_t_ptr, scale, HAS_ENTROPY: tl.constexpr, ROW_INV_T: tl.constexpr):
     keep = rows < N
+    if ROW_INV_T:  # per-row temperatures: a [BLOCK_M, 1] column instead of the scalar
+        inv_t = tl.load(inv_t_ptr + rows, mask=keep, other=1.0)[:, None]
     lse = tl.load(lse_ptr + rows, mask=keep, other=0.0)
     g_lp = tl.load(g_lp_ptr + rows, mask=keep, other=0.0)
     labels = tl.load(labels_ptr + rows, mask=keep, other=-1).to(tl.int32)
@@ -48,12 +50,14 @@ def _grad_tile(acc, rows, cols, N, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr, g_
 @triton.jit
 def grad_logits_kernel(
     h_src, w_src, g_dst, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr, g_ent_ptr, scale_ptr,
-    N, V, H, stride_h, stride_w, stride_g, inv_t, group_m, num_progs,
+    inv_t_ptr, N, V, H, stride_h, stride_w, stride_g, inv_t, group_m, num_progs,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_ENTROPY: tl.constexpr, HAS_SCALE: tl.constexpr, USE_TMA: tl.constexpr,
     FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    ROW_INV_T: tl.constexpr,
 ):
-    """``labels_ptr`` holds labels relative to this vocab chunk (-1 or out of range: none)."""
+    """``labels_ptr`` holds labels relative to this vocab chunk (-1 or out of range: none).
+    ``ROW_INV_T``: per-row inverse temperatures at ``inv_t_ptr`` [N], else the scalar."""
     pid = tl.program_id(0)
     num_m = tl.cdiv(N, BLOCK_M)
     num_v = tl.cdiv(V, BLOCK_V)
@@ -82,7 +86,8 @@ def grad_logits_kernel(
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
         grad = _grad_tile(acc, rows, cols, N, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr,
-                          g_ent_ptr, inv_t, scale, HAS_ENTROPY).to(out_dtype)
+                          g_ent_ptr, inv_t, inv_t_ptr, scale, HAS_ENTROPY,
+                          ROW_INV_T).to(out_dtype)
         if USE_TMA:  # the copy engine clips the out-of-bounds part of the box
             g_dst.store([pid_m * BLOCK_M, pid_v * BLOCK_V], grad)
         else:

@@ -1,5 +1,7 @@
 """Forward statistics: online log-sum-exp of z = (hidden @ W.T) * inv_t over vocab tiles.
 
+(inv_t: one scalar, or one value per token row: ``ROW_INV_T``.)
+
 One program owns one *work item*: a tile of BLOCK_M tokens and a contiguous range of
 vocab tiles (a "split"). For each vocab tile it runs the K loop of the GEMM on the tensor
 cores (fp32 accumulator), then folds the tile into four per-token running values kept in
@@ -37,7 +39,7 @@ NEG_BIG = tl.constexpr(-1.0e30)
 
 
 @triton.jit
-def _fold_tile(acc, v0, labels, V, inv_t, m_i, s_i, t_i, zl_i,
+def _fold_tile(acc, v0, labels, V, inv_t, inv_t_col, m_i, s_i, t_i, zl_i,
                BLOCK_V: tl.constexpr, WITH_ENTROPY: tl.constexpr):
     """Fold one [BLOCK_M, BLOCK_V] tile of raw logits ``acc`` into the running stats.
 
@@ -45,17 +47,20 @@ def _fold_tile(acc, v0, labels, V, inv_t, m_i, s_i, t_i, zl_i,
     max, as the stage contract has it), zl = z[label]. Work in log2 units: with
     u = (z - m) log2(e), exp(z - m) = exp2(u) costs one FMA and one MUFU op per logit, and
     t = ln(2) sum exp2(u) u.
+
+    ``inv_t`` / ``inv_t_col``: the same scalar twice, or (per-row temperatures) the rows'
+    values as [BLOCK_M] and as [BLOCK_M, 1], for the row sums and for the tile.
     """
     cols = v0 + tl.arange(0, BLOCK_V)
     # z[label]: at most one column of one tile matches; inv_t applied to the row sum.
     zl_i += tl.sum(tl.where(cols[None, :] == labels[:, None], acc, 0.0), axis=1) * inv_t
     if v0 + BLOCK_V > V:  # only the last vocab tile has padded (zero-filled) columns
-        acc = tl.where(cols[None, :] < V, acc, NEG_BIG / tl.maximum(inv_t, 1.0))
+        acc = tl.where(cols[None, :] < V, acc, NEG_BIG / tl.maximum(inv_t_col, 1.0))
     # inv_t > 0, so max(acc) * inv_t == max(acc * inv_t) bit for bit.
     m_new = tl.maximum(m_i, tl.max(acc, axis=1) * inv_t)
     m2 = m_new * LOG2E
     alpha = tl.exp2(m_i * LOG2E - m2)
-    u = acc * (inv_t * LOG2E) - m2[:, None]
+    u = acc * (inv_t_col * LOG2E) - m2[:, None]
     p = tl.exp2(u)
     if WITH_ENTROPY:
         # move t's reference point from m to m_new: t' = alpha (t + s (m - m_new))
@@ -67,19 +72,26 @@ def _fold_tile(acc, v0, labels, V, inv_t, m_i, s_i, t_i, zl_i,
 
 @triton.jit
 def forward_stats_kernel(
-    h_src, w_src, labels_ptr, part_ptr,
+    h_src, w_src, labels_ptr, part_ptr, inv_t_ptr,
     N, V, H, stride_h, stride_w, inv_t,
     num_splits, tiles_per_split, group_m,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
     WITH_ENTROPY: tl.constexpr, USE_TMA: tl.constexpr, LOOP: tl.constexpr,
     WARP_SPEC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    ROW_INV_T: tl.constexpr,
 ):
+    """``ROW_INV_T``: per-row inverse temperatures at ``inv_t_ptr`` [N] (``inv_t`` unused);
+    else the scalar ``inv_t`` for every row (``inv_t_ptr`` unused)."""
     pid = tl.program_id(0)
     num_m = tl.cdiv(N, BLOCK_M)
     pid_m, split = grouped_ids(pid, num_m, num_splits, group_m)
     m0 = pid_m * BLOCK_M
     rows = m0 + tl.arange(0, BLOCK_M)
     labels = tl.load(labels_ptr + rows, mask=rows < N, other=-1).to(tl.int32)
+    inv_t_col = inv_t
+    if ROW_INV_T:
+        inv_t = tl.load(inv_t_ptr + rows, mask=rows < N, other=1.0)
+        inv_t_col = inv_t[:, None]
     v_begin = split * tiles_per_split
     v_end = tl.minimum(v_begin + tiles_per_split, tl.cdiv(V, BLOCK_V))
     k_tiles = tl.cdiv(H, BLOCK_K)
@@ -99,7 +111,7 @@ def forward_stats_kernel(
                           USE_TMA)
             acc = dot_nt(a, b, acc, DOT_PRECISION, UPCAST_DOT)
             if kk == k_tiles - 1:
-                m_i, s_i, t_i, zl_i = _fold_tile(acc, vt * BLOCK_V, labels, V, inv_t,
+                m_i, s_i, t_i, zl_i = _fold_tile(acc, vt * BLOCK_V, labels, V, inv_t, inv_t_col,
                                                   m_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY)
                 acc = tl.zeros((BLOCK_M, BLOCK_V), tl.float32)
     else:
@@ -110,7 +122,7 @@ def forward_stats_kernel(
                 a = load_tile(h_src, m0, kk * BLOCK_K, N, H, stride_h, BLOCK_M, BLOCK_K, USE_TMA)
                 b = load_tile(w_src, v0, kk * BLOCK_K, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
                 acc = dot_nt(a, b, acc, DOT_PRECISION, UPCAST_DOT)
-            m_i, s_i, t_i, zl_i = _fold_tile(acc, v0, labels, V, inv_t,
+            m_i, s_i, t_i, zl_i = _fold_tile(acc, v0, labels, V, inv_t, inv_t_col,
                                               m_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY)
 
     out = part_ptr + (split.to(tl.int64) * N + rows) * 4

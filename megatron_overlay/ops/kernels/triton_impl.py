@@ -117,7 +117,7 @@ def choose_splits(num_m: int, num_v: int, n_rows: int, num_sms: int, group_m: in
 
 
 def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
-                  inv_temperature: float, with_entropy: bool, *,
+                  inv_temperature, with_entropy: bool, *,
                   config: KernelConfig | None = None, use_tma: bool | None = None) -> torch.Tensor:
     _check_device(hidden, weight, local_labels)
     n_tokens, hidden_size = hidden.shape
@@ -136,21 +136,30 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
     splits, per_split = choose_splits(num_m, num_v, n_tokens, _sms(hidden.device), cfg.group_m)
     part = stats if splits == 1 else torch.empty(splits, n_tokens, 4, dtype=torch.float32,
                                                  device=hidden.device)
+    inv_t_ptr, inv_t = _inv_t_args(inv_temperature, stats)
     forward_stats_kernel[(num_m * splits,)](
         _source(hidden, [cfg.block_m, cfg.block_k], tma),
         _source(weight, [cfg.block_v, cfg.block_k], tma),
-        labels, part,
-        n_tokens, vocab, hidden_size, hidden.stride(0), weight.stride(0), float(inv_temperature),
+        labels, part, inv_t_ptr,
+        n_tokens, vocab, hidden_size, hidden.stride(0), weight.stride(0), inv_t,
         splits, per_split, cfg.group_m,
         BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
         WITH_ENTROPY=bool(with_entropy), USE_TMA=tma, LOOP=cfg.loop,
         WARP_SPEC=cfg.warp_specialize, DOT_PRECISION=_dot_precision(hidden.dtype),
-        UPCAST_DOT=_upcast_dot(hidden.dtype),
+        UPCAST_DOT=_upcast_dot(hidden.dtype), ROW_INV_T=inv_t_ptr is not stats,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if splits > 1:
         _merge_splits(part, stats, bool(with_entropy))
     return stats
+
+
+def _inv_t_args(inv_temperature, placeholder: torch.Tensor):
+    """(pointer, scalar) kernel arguments: a per-row fp32 [N] tensor and 1.0, or the
+    placeholder pointer (never read) and the float."""
+    if isinstance(inv_temperature, torch.Tensor):
+        return inv_temperature.to(torch.float32).contiguous(), 1.0
+    return placeholder, float(inv_temperature)
 
 
 def _merge_splits(part: torch.Tensor, stats: torch.Tensor, with_entropy: bool) -> None:
@@ -206,7 +215,7 @@ def _vocab_chunk(n_tokens: int, vocab: int, elem: int, block_v: int, budget: int
 
 
 def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
-             inv_temperature: float, lse: torch.Tensor, mean_z: torch.Tensor | None,
+             inv_temperature, lse: torch.Tensor, mean_z: torch.Tensor | None,
              grad_logprob: torch.Tensor, grad_entropy: torch.Tensor | None, *,
              config: KernelConfig | None = None, use_tma: bool | None = None,
              chunk_budget: int | None = None, d_weight_dtype: torch.dtype | None = None):
@@ -257,6 +266,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     grad_buf = torch.empty(n_tokens, row_pitch, dtype=hidden.dtype, device=dev)
     labels = local_labels.contiguous()
     num_m = triton.cdiv(n_tokens, cfg.block_m)
+    inv_t_ptr, inv_t = _inv_t_args(inv_temperature, lse)
 
     for v0 in range(0, vocab, width_max):
         width = min(width_max, vocab - v0)
@@ -269,14 +279,14 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             _source(hidden, [cfg.block_m, cfg.block_k], chunk_tma),
             _source(w_chunk, [cfg.block_v, cfg.block_k], chunk_tma),
             _source(grad, [cfg.block_m, cfg.block_v], chunk_tma),
-            labels - v0 if v0 else labels, lse, mean_z, g_lp, g_ent, scale,
+            labels - v0 if v0 else labels, lse, mean_z, g_lp, g_ent, scale, inv_t_ptr,
             n_tokens, width, hidden_size, hidden.stride(0), w_chunk.stride(0), grad.stride(0),
-            float(inv_temperature), cfg.group_m, progs,
+            inv_t, cfg.group_m, progs,
             BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
             HAS_ENTROPY=has_entropy, HAS_SCALE=unscale is not None, USE_TMA=chunk_tma,
             FLATTEN=cfg.loop == 1, WARP_SPEC=cfg.warp_specialize,
             DOT_PRECISION=_dot_precision(hidden.dtype), UPCAST_DOT=_upcast_dot(hidden.dtype),
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            ROW_INV_T=inv_t_ptr is not lse, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         _matmul_fp32(grad, w_chunk, d_hidden, accumulate=v0 > 0)
         if d_weight.dtype == hidden.dtype and hidden.dtype != torch.float32:

@@ -1,0 +1,85 @@
+"""Temperature: a float, or a tensor of per-sample / per-token temperatures.
+
+The ops take a float, a 0-d tensor or an [N] tensor (one per token row); the processors
+also take [b] (per sample) and [b, s] (per token), flattened here to the ops' s-major rows.
+The stages receive ``inv_temperature``: a Python float, or an fp32 [N] tensor on the
+hidden states' device.
+
+Host syncs: a float is checked on the host (no device work at all). A tensor's shape and
+dtype are checked on the host (metadata, no sync). Its values: on CPU, checked at once
+(ValueError); on CUDA, reading them would stop the host until the GPU catches up, so
+instead a non-finite or non-positive entry turns that row's inverse temperature into NaN
+on the device: every output of that row is NaN, never a plausible wrong number. Call
+:func:`check_temperature_values` yourself where one sync is acceptable to get the
+ValueError on CUDA too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+_FIX = "use 1.0 for the unscaled distribution"
+
+
+def validate_temperature(temperature) -> None:
+    """Type (float or floating tensor) and, for a Python number, value; no device sync."""
+    if isinstance(temperature, torch.Tensor):
+        if not temperature.is_floating_point():
+            raise TypeError(f"temperature must be a float or a floating-point tensor, got a "
+                            f"{temperature.dtype} tensor; pass e.g. temps.float()")
+        if temperature.device.type == "cpu":
+            check_temperature_values(temperature)
+        return
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature must be a float (or a tensor of them), got "
+                        f"{type(temperature).__name__}; pass e.g. temperature=0.7")
+    if not math.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"temperature must be finite and > 0, got {temperature}; {_FIX}")
+
+
+def check_temperature_values(temperature: torch.Tensor) -> None:
+    """ValueError unless every entry is finite and > 0 (one device->host copy on CUDA)."""
+    if temperature.numel() == 0:
+        return
+    bad = ~(torch.isfinite(temperature) & (temperature > 0))
+    if bool(bad.any()):
+        first = bad.reshape(-1).nonzero()[0].item()
+        value = temperature.reshape(-1)[first].item()
+        raise ValueError(f"temperature must be finite and > 0 everywhere, got {value} at flat "
+                         f"index {first} of the {tuple(temperature.shape)} temperature tensor; "
+                         f"{_FIX}")
+
+
+def rows_from_batch_seq(temperature, batch: int, seq: int):
+    """A processor's temperature (float, 0-d, [b] or [b, s]) -> the ops' float, 0-d or
+    [s * b] in the s-major row order of the flattened [s, b, h] hidden states."""
+    if not isinstance(temperature, torch.Tensor) or temperature.dim() == 0:
+        return temperature
+    if temperature.shape == (batch,):
+        return temperature.expand(seq, batch).reshape(seq * batch)
+    if temperature.shape == (batch, seq):
+        return temperature.transpose(0, 1).reshape(seq * batch)
+    raise ValueError(f"temperature must be a float, a 0-d tensor, a [batch] = [{batch}] tensor "
+                     f"(per sample) or a [batch, seq] = [{batch}, {seq}] tensor (per token), "
+                     f"got shape {tuple(temperature.shape)}")
+
+
+def inverse_temperature(temperature, n_rows: int, device: torch.device):
+    """The stages' ``inv_temperature``: a float for a float, else an fp32 [n_rows] tensor
+    on ``device`` (a 0-d tensor is broadcast). Bad tensor entries -> NaN rows (see above)."""
+    if not isinstance(temperature, torch.Tensor):
+        return 1.0 / float(temperature)
+    if temperature.dim() == 0:
+        temperature = temperature.expand(n_rows)
+    if temperature.shape != (n_rows,):
+        raise ValueError(f"temperature must be a float, a 0-d tensor or an [N] = [{n_rows}] "
+                         f"tensor (one per token row), got shape {tuple(temperature.shape)}")
+    if temperature.device != device:
+        raise ValueError(f"temperature is on {temperature.device} but the hidden states are on "
+                         f"{device}; move it, e.g. temperature.to(hidden.device)")
+    # The gradient does not flow to the temperature (it is an option, not an input).
+    t = temperature.detach().to(torch.float32)
+    ok = torch.isfinite(t) & (t > 0)
+    return torch.where(ok, t.reciprocal(), torch.full_like(t, float("nan"))).contiguous()

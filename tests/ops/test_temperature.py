@@ -1,0 +1,115 @@
+"""Per-sample / per-token temperature in the fused op (chunked torch path) against fp64."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from megatron_overlay.ops import linear_logprob_entropy, torch_chunked
+from megatron_overlay.ops.temperature import (check_temperature_values, inverse_temperature,
+                                              rows_from_batch_seq)
+
+from .test_fused_ops import make, reference
+
+
+def _grads_of(fn, hidden, weight, coeffs):
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    lp, ent = fn(h, w)
+    ((lp * coeffs[0]).sum() + (ent * coeffs[1]).sum()).backward()
+    return lp.detach(), ent.detach(), h.grad, w.grad
+
+
+def test_per_token_temperature_matches_fp64_row_by_row():
+    hidden, weight, labels = make(37, 24, 700, seed=3, ignore_every=7)
+    temps = torch.linspace(0.3, 2.5, 37)
+    coeffs = torch.randn(2, 37, generator=torch.Generator().manual_seed(5))
+    lp, ent, dh, dw = _grads_of(
+        lambda h, w: linear_logprob_entropy(h, w, labels, temperature=temps), hidden, weight,
+        coeffs)
+
+    def ref(h, w):  # fp64, each row at its own temperature
+        z = (h @ w.T) / temps.double()[:, None]
+        return reference_from_z(z, labels)
+
+    rlp, rent, rdh, rdw = _grads_of(ref, hidden.double(), weight.double(), coeffs.double())
+    assert (lp.double() - rlp).abs().max() <= 1e-5
+    assert (ent.double() - rent).abs().max() <= 1e-5
+    assert (dh.double() - rdh).abs().max() <= 1e-5 * rdh.abs().max()
+    assert (dw.double() - rdw).abs().max() <= 1e-5 * rdw.abs().max()
+
+
+def reference_from_z(z, labels, ignore_index=-100):
+    logp = torch.log_softmax(z, dim=-1)
+    valid = labels != ignore_index
+    picked = logp.gather(1, torch.where(valid, labels, 0)[:, None]).squeeze(1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    zero = torch.zeros_like(picked)
+    return torch.where(valid, picked, zero), torch.where(valid, entropy, zero)
+
+
+def test_uniform_tensor_equals_the_float_bitwise():
+    """A 0-d tensor and a constant [N] tensor give exactly the float's results."""
+    hidden, weight, labels = make(20, 16, 300, seed=1)
+    by_float = linear_logprob_entropy(hidden, weight, labels, temperature=0.7)
+    for t in (torch.tensor(0.7), torch.full((20,), 0.7)):
+        got = linear_logprob_entropy(hidden, weight, labels, temperature=t)
+        assert torch.equal(got[0], by_float[0]) and torch.equal(got[1], by_float[1])
+
+
+def test_stages_accept_a_row_tensor_in_every_chunking():
+    hidden, weight, labels = make(50, 8, 90, seed=2)
+    inv_t = torch.rand(50) + 0.5
+    full = torch_chunked.forward_stats(hidden, weight, labels, inv_t, True,
+                                       token_chunk=10 ** 6, vocab_chunk=10 ** 6)
+    tiled = torch_chunked.forward_stats(hidden, weight, labels, inv_t, True,
+                                        token_chunk=7, vocab_chunk=13)
+    assert torch.allclose(full, tiled, atol=1e-5, rtol=1e-5)
+    z = (hidden @ weight.T) * inv_t[:, None]
+    assert torch.allclose(full[:, 0], z.max(1).values)
+
+
+def test_processor_shapes_flatten_to_s_major_rows():
+    b, s = 3, 4
+    per_token = torch.arange(b * s, dtype=torch.float32).reshape(b, s) + 1
+    rows = rows_from_batch_seq(per_token, b, s)
+    assert rows.view(s, b)[2, 1] == per_token[1, 2]  # row (seq 2, batch 1)
+    per_sample = torch.tensor([1.0, 2.0, 3.0])
+    assert torch.equal(rows_from_batch_seq(per_sample, b, s).view(s, b)[3], per_sample)
+    assert rows_from_batch_seq(0.5, b, s) == 0.5
+
+
+@pytest.mark.parametrize("temperature, error, text", [
+    (torch.tensor([0.5, 0.0, 1.0, 1.0]), ValueError, "finite and > 0 everywhere, got 0.0 at flat index 1"),
+    (torch.tensor([0.5, float("nan"), 1.0, 1.0]), ValueError, "finite and > 0 everywhere"),
+    (torch.tensor([0.5, 1.0, -2.0, 1.0]), ValueError, "finite and > 0 everywhere"),
+    (torch.tensor([0.5, 1.0, float("inf"), 1.0]), ValueError, "finite and > 0 everywhere"),
+    (torch.tensor([1, 2, 3, 4]), TypeError, "floating-point tensor"),
+    (torch.ones(3), ValueError, r"an \[N\] = \[4\] tensor"),
+    (torch.ones(4, 1), ValueError, r"an \[N\] = \[4\] tensor"),
+])
+def test_bad_temperature_tensors_raise(temperature, error, text):
+    hidden, weight, labels = make(4, 8, 16)
+    with pytest.raises(error, match=text):
+        linear_logprob_entropy(hidden, weight, labels, temperature=temperature)
+
+
+def test_bad_processor_temperature_shape_names_the_forms():
+    with pytest.raises(ValueError, match=r"\[batch\] = \[2\] tensor .* \[batch, seq\] = \[2, 3\]"):
+        rows_from_batch_seq(torch.ones(3, 2), 2, 3)
+
+
+def test_bad_entries_poison_their_rows_on_the_no_sync_path():
+    """What CUDA gets (no host check): NaN inverse temperature, so NaN outputs on that row."""
+    inv = inverse_temperature(torch.tensor([0.5, 0.0, -1.0, float("nan"), 2.0]), 5,
+                              torch.device("cpu"))
+    assert torch.isnan(inv[1:4]).all() and torch.equal(inv[[0, 4]], torch.tensor([2.0, 0.5]))
+    with pytest.raises(ValueError, match="flat index 1"):
+        check_temperature_values(torch.tensor([1.0, 0.0]))
+
+
+def test_temperature_gets_no_gradient():
+    hidden, weight, labels = make(6, 8, 16)
+    temps = torch.full((6,), 0.9, requires_grad=True)
+    lp, _ = linear_logprob_entropy(hidden.requires_grad_(), weight, labels, temperature=temps)
+    lp.sum().backward()
+    assert temps.grad is None and hidden.grad is not None
