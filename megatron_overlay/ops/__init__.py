@@ -4,6 +4,10 @@ Nothing here knows about megatron.
 """
 
 from .linear_logprob import LinearLogprobEntropy, linear_logprob_entropy, pick_impl
+from .linear_logprobs_at import LinearLogprobsAt, linear_logprobs_at
+from .linear_topk import LinearTopkLogprobs, TopkLogprobs, linear_topk_logprobs
 from .params import LogprobParams
 
-__all__ = ["LinearLogprobEntropy", "LogprobParams", "linear_logprob_entropy", "pick_impl"]
+__all__ = ["LinearLogprobEntropy", "LinearLogprobsAt", "LinearTopkLogprobs", "LogprobParams",
+           "TopkLogprobs", "linear_logprob_entropy", "linear_logprobs_at",
+           "linear_topk_logprobs", "pick_impl"]

@@ -140,20 +140,7 @@ _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def validate_inputs(hidden, weight, labels, params: LogprobParams, vocab_size: int) -> None:
     """Shapes, dtypes, devices and label range; errors name the argument and the fix."""
-    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
-        raise ValueError(f"hidden must be a 2-D [tokens, hidden] tensor, got "
-                         f"{tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden)}")
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
-        raise ValueError("weight must be a 2-D [vocab, hidden] tensor")
-    if hidden.dtype not in _FLOAT_DTYPES or weight.dtype not in _FLOAT_DTYPES:
-        raise TypeError(f"hidden and weight must be float32, bfloat16 or float16, got "
-                        f"{hidden.dtype} and {weight.dtype}")
-    if hidden.dtype != weight.dtype:
-        raise TypeError(f"hidden ({hidden.dtype}) and weight ({weight.dtype}) must share a "
-                        f"dtype; cast one, e.g. hidden.to(weight.dtype)")
-    if hidden.shape[1] != weight.shape[1]:
-        raise ValueError(f"hidden size mismatch: hidden is {tuple(hidden.shape)}, weight is "
-                         f"{tuple(weight.shape)}; weight must be [vocab, {hidden.shape[1]}]")
+    validate_matrices(hidden, weight)
     if not isinstance(labels, torch.Tensor) or labels.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"labels must be an int64 tensor of token ids, got "
                         f"{labels.dtype if isinstance(labels, torch.Tensor) else type(labels)}")
@@ -173,3 +160,21 @@ def validate_inputs(hidden, weight, labels, params: LogprobParams, vocab_size: i
                 f"labels out of range: ids must lie in [0, {vocab_size}) or equal "
                 f"ignore_index={params.ignore_index}; got min {low}, max {high}. "
                 f"Mask padding with ignore_index")
+
+
+def validate_matrices(hidden, weight) -> None:
+    """hidden [N, H] and weight [V, H]: shapes and dtypes (shared by the fused ops)."""
+    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
+        raise ValueError(f"hidden must be a 2-D [tokens, hidden] tensor, got "
+                         f"{tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden)}")
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise ValueError("weight must be a 2-D [vocab, hidden] tensor")
+    if hidden.dtype not in _FLOAT_DTYPES or weight.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"hidden and weight must be float32, bfloat16 or float16, got "
+                        f"{hidden.dtype} and {weight.dtype}")
+    if hidden.dtype != weight.dtype:
+        raise TypeError(f"hidden ({hidden.dtype}) and weight ({weight.dtype}) must share a "
+                        f"dtype; cast one, e.g. hidden.to(weight.dtype)")
+    if hidden.shape[1] != weight.shape[1]:
+        raise ValueError(f"hidden size mismatch: hidden is {tuple(hidden.shape)}, weight is "
+                         f"{tuple(weight.shape)}; weight must be [vocab, {hidden.shape[1]}]")

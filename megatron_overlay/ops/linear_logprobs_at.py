@@ -1,0 +1,139 @@
+"""Fused ``log softmax(hidden @ W.T / T)`` at K given vocab ids per token, no logits.
+
+    log_probs, entropy = linear_logprobs_at(hidden, weight, token_ids, temperature=0.7)
+
+E.g. a teacher's top-k ids: the student's log-probs at them, differentiable w.r.t. hidden
+and weight. The log-sum-exp (and entropy) come from the log-prob stage
+(``forward_stats`` with no label, torch or Triton by device); the K logits per token from
+``logits_at`` (sparse). Backward: d/dz sum_i g_i log p(y_i) = sum_i g_i 1[j = y_i] - p_j
+sum_i g_i, i.e. the log-prob stage's backward with no label and g = sum_i g_i (the dense
+part) plus the sparse indicator part from ``logits_at``. Vocab-parallel TP as in
+linear_logprob.py: ``weight`` is this rank's shard, ids are global.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from .linear_logprob import merge_stats, pick_impl, validate_matrices
+from .logits_at import add_logits_at_grad, logits_at
+from .params import LogprobParams
+from .temperature import inverse_temperature
+
+
+def validate_token_ids(token_ids, n_tokens: int, vocab_size: int, device, name="token_ids"):
+    """[N, K] int64 ids in [0, vocab_size); errors name ``name`` and the fix."""
+    if not isinstance(token_ids, torch.Tensor) or token_ids.dtype not in (torch.int64,
+                                                                          torch.int32):
+        got = token_ids.dtype if isinstance(token_ids, torch.Tensor) else type(token_ids).__name__
+        raise TypeError(f"{name} must be an int64 tensor of vocab ids, got {got}; pass e.g. "
+                        f"{name}.long()")
+    if token_ids.dim() != 2 or token_ids.shape[0] != n_tokens or token_ids.shape[1] < 1:
+        raise ValueError(f"{name} must have shape [{n_tokens}, k] (k >= 1 ids per token), "
+                         f"got {tuple(token_ids.shape)}")
+    if token_ids.device != device:
+        raise ValueError(f"{name} is on {token_ids.device} but the hidden states are on "
+                         f"{device}; move it, e.g. {name}.to(hidden.device)")
+    if token_ids.numel():
+        # One reduction and one device->host copy (a single sync on CUDA), as for labels.
+        low, high = (int(x) for x in torch.stack(torch.aminmax(token_ids)).tolist())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"{name} out of range: ids must lie in [0, {vocab_size}); got min "
+                             f"{low}, max {high}")
+
+
+def shard_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int) -> torch.Tensor:
+    """Global ids -> indices into this vocab shard, -1 where an id lives elsewhere."""
+    local = ids - vocab_start
+    return torch.where((local >= 0) & (local < local_vocab), local, torch.full_like(local, -1))
+
+
+def vocab_start_of(weight: torch.Tensor, tp_group) -> tuple[bool, int]:
+    """(tensor-parallel?, first global id of this rank's shard); shards in rank order."""
+    tp = tp_group is not None and dist.get_world_size(tp_group) > 1
+    return tp, dist.get_rank(tp_group) * weight.shape[0] if tp else 0
+
+
+def backward_at_ids(impl, hidden, weight, local_ids, inv_t, lse, mean_z, grad_at_ids,
+                    grad_entropy, tp_group, needs_input_grad):
+    """(d_hidden, d_weight) of sum grad_at_ids * log p(ids) + sum grad_entropy * H.
+
+    Shared by the ops that return log-probs at chosen ids (here and linear_topk.py).
+    The dense stage runs with no label and g = sum of the row's grads; the sparse part
+    adds the indicator terms. d_weight is accumulated in fp32 and rounded once.
+    """
+    grad_at_ids = grad_at_ids.float()
+    no_label = torch.full((hidden.shape[0],), -1, dtype=torch.int64, device=hidden.device)
+    d_hidden, d_weight = impl.backward(hidden, weight, no_label, inv_t, lse,
+                                       mean_z if grad_entropy is not None else None,
+                                       grad_at_ids.sum(dim=1), grad_entropy,
+                                       d_weight_dtype=torch.float32)
+    add_logits_at_grad(hidden, weight, local_ids, inv_t, grad_at_ids, d_hidden,
+                       d_weight if needs_input_grad[1] else None)
+    if tp_group is not None:  # each shard holds part of d_hidden: complete it on every rank
+        dist.all_reduce(d_hidden, group=tp_group)
+    d_hidden = d_hidden.to(hidden.dtype) if needs_input_grad[0] else None
+    d_weight = d_weight.to(weight.dtype) if needs_input_grad[1] else None
+    return d_hidden, d_weight
+
+
+def entropy_from_stats(stats: torch.Tensor):
+    """(lse, mean_z, entropy) from merged [N, 4] statistics (see torch_chunked.py)."""
+    row_max, sum_exp, sum_exp_shifted, _ = stats.unbind(1)
+    log_sum_exp = torch.log(sum_exp)
+    mean_shifted = sum_exp_shifted / sum_exp  # E[z] - max z
+    return row_max + log_sum_exp, row_max + mean_shifted, log_sum_exp - mean_shifted
+
+
+class LinearLogprobsAt(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, token_ids, params: LogprobParams, tp_group):
+        impl = pick_impl(hidden.device)
+        tp, vocab_start = vocab_start_of(weight, tp_group)
+        inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
+        no_label = torch.full((hidden.shape[0],), -1, dtype=torch.int64, device=hidden.device)
+        stats = impl.forward_stats(hidden, weight, no_label, inv_t, params.return_entropy)
+        local_ids = shard_ids(token_ids, vocab_start, weight.shape[0])
+        z_at = logits_at(hidden, weight, local_ids, inv_t)
+        if tp:
+            stats = merge_stats(stats, tp_group)
+            dist.all_reduce(z_at, group=tp_group)  # each id lives in exactly one shard
+        lse, mean_z, entropy = entropy_from_stats(stats)
+        log_probs = z_at - lse[:, None]
+        if not params.return_entropy:
+            entropy = mean_z = None
+        ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None
+        if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive
+            ctx.save_for_backward(hidden, weight, local_ids, lse, mean_z)
+        return log_probs, entropy
+
+    @staticmethod
+    def backward(ctx, grad_log_probs, grad_entropy):
+        hidden, weight, local_ids, lse, mean_z = ctx.saved_tensors
+        if grad_log_probs is None:
+            grad_log_probs = torch.zeros(local_ids.shape, dtype=torch.float32,
+                                         device=hidden.device)
+        if mean_z is None:
+            grad_entropy = None
+        d_hidden, d_weight = backward_at_ids(
+            ctx.impl, hidden, weight, local_ids, ctx.inv_t, lse, mean_z, grad_log_probs,
+            None if grad_entropy is None else grad_entropy.float(), ctx.tp_group,
+            ctx.needs_input_grad)
+        return d_hidden, d_weight, None, None, None
+
+
+def linear_logprobs_at(hidden: torch.Tensor, weight: torch.Tensor, token_ids: torch.Tensor,
+                       *, temperature=1.0, tp_group=None, return_entropy: bool = False):
+    """``log softmax(hidden @ weight.T / T)`` at ``token_ids``, without the logits.
+
+    hidden [N, H], weight [V_local, H] (this rank's vocab shard when ``tp_group`` is given;
+    shards in rank order), token_ids [N, K] global ids in [0, V). ``temperature``: a
+    float, a 0-d tensor or an [N] tensor (finite, > 0). Returns ``(log_probs [N, K] fp32,
+    entropy [N] fp32 or None)``; d_hidden is complete on every rank.
+    """
+    params = LogprobParams(temperature=temperature, return_entropy=return_entropy)
+    validate_matrices(hidden, weight)
+    world = dist.get_world_size(tp_group) if tp_group is not None else 1
+    validate_token_ids(token_ids, hidden.shape[0], weight.shape[0] * world, hidden.device)
+    return LinearLogprobsAt.apply(hidden, weight, token_ids, params, tp_group)

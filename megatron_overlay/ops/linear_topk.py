@@ -1,0 +1,156 @@
+"""Fused top-k of ``log softmax(hidden @ W.T / T)`` per token, no logits.
+
+    out = linear_topk_logprobs(hidden, weight, k=8, temperature=0.7)
+    out.topk_ids          # [N, k] int64 global vocab ids, descending log-prob, ties to lower id
+    out.topk_log_probs    # [N, k] fp32, differentiable (the log-probs at those fixed ids)
+
+One pass over the logits tiles feeds both the online log-sum-exp and a running top-k
+(stage: ``topk_stats``, ops/torch_topk.py on CPU, ops/kernels/triton_topk.py on GPU when
+present). With ``labels`` the same pass also gives the labels' log-probs (and entropy), as
+``linear_logprob_entropy`` would. Vocab-parallel TP: each shard's top-k and statistics are
+gathered and merged (ids global). The gradient is that of the log-probs at the chosen ids
+(the choice itself is piecewise constant): linear_logprobs_at.backward_at_ids.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import NamedTuple
+
+import torch
+import torch.distributed as dist
+
+from . import torch_chunked, torch_topk
+from .linear_logprob import _local_labels, merge_stats, pick_impl, validate_inputs, \
+    validate_matrices
+from .linear_logprobs_at import backward_at_ids, entropy_from_stats, vocab_start_of
+from .params import LogprobParams
+from .temperature import inverse_temperature
+from .topk_merge import PAD_ID, order_candidates
+
+MAX_K = 256
+
+
+class TopkLogprobs(NamedTuple):
+    topk_ids: torch.Tensor                 # [N, k] int64
+    topk_log_probs: torch.Tensor           # [N, k] fp32
+    log_probs: torch.Tensor | None = None  # [N] fp32 at the labels (with labels)
+    entropy: torch.Tensor | None = None    # [N] fp32 (return_entropy)
+
+
+def pick_topk_impl(device: torch.device) -> tuple[ModuleType, ModuleType]:
+    """(top-k stage, log-prob stages) for ``device``; the same choice as pick_impl."""
+    impl = pick_impl(device)
+    if impl is torch_chunked:
+        return torch_topk, impl
+    try:
+        from .kernels import triton_topk
+    except ImportError:
+        return torch_topk, impl
+    return triton_topk, impl
+
+
+def _merge_shards(values: torch.Tensor, ids: torch.Tensor, k: int, tp_group):
+    """Every shard's [N, k] top-k -> the global one, with one all-gather (values and ids
+    packed as fp64: fp32 values and ids < 2^53 are exact there)."""
+    world = dist.get_world_size(tp_group)
+    packed = torch.cat([values.double(), ids.double()], dim=1)
+    flat = torch.empty((world * packed.shape[0], packed.shape[1]), dtype=packed.dtype,
+                       device=packed.device)
+    dist.all_gather_into_tensor(flat, packed.contiguous(), group=tp_group)
+    gathered = flat.view(world, values.shape[0], 2 * k).permute(1, 0, 2)  # [N, world, 2k]
+    all_values = gathered[..., :k].reshape(values.shape[0], world * k).float()
+    all_ids = gathered[..., k:].reshape(values.shape[0], world * k).long()
+    return order_candidates(all_values, all_ids, k)
+
+
+class LinearTopkLogprobs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, k: int, params: LogprobParams, tp_group):
+        topk_impl, impl = pick_topk_impl(hidden.device)
+        tp, vocab_start = vocab_start_of(weight, tp_group)
+        n = hidden.shape[0]
+        if labels is not None:
+            local_labels = _local_labels(labels, vocab_start, weight.shape[0],
+                                         params.ignore_index)
+        else:
+            local_labels = torch.full((n,), -1, dtype=torch.int64, device=hidden.device)
+        inv_t = inverse_temperature(params.temperature, n, hidden.device)
+        stats, values, ids = topk_impl.topk_stats(hidden, weight, local_labels, inv_t,
+                                                  params.return_entropy, k)
+        ids = torch.where(ids == PAD_ID, ids, ids + vocab_start)
+        if tp:
+            stats = merge_stats(stats, tp_group)
+            values, ids = _merge_shards(values, ids, k, tp_group)
+        lse, mean_z, entropy = entropy_from_stats(stats)
+        topk_log_probs = values - lse[:, None]
+        log_probs = None
+        valid = labels != params.ignore_index if labels is not None else None
+        if labels is not None:
+            zero = torch.zeros_like(lse)
+            log_probs = torch.where(valid, stats[:, 3] - lse, zero)
+            entropy = torch.where(valid, entropy, zero)
+        if not params.return_entropy:
+            entropy = mean_z = None
+        ctx.mark_non_differentiable(ids)
+        ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None
+        ctx.has_labels = labels is not None
+        if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive
+            local_ids = torch.cat([ids - vocab_start, local_labels[:, None]], dim=1)
+            local_ids[:, :k] = torch.where((local_ids[:, :k] >= 0)
+                                           & (local_ids[:, :k] < weight.shape[0]),
+                                           local_ids[:, :k], -1)
+            ctx.save_for_backward(hidden, weight, local_ids, lse, mean_z, valid)
+        return ids, topk_log_probs, log_probs, entropy
+
+    @staticmethod
+    def backward(ctx, _grad_ids, grad_topk, grad_log_probs, grad_entropy):
+        hidden, weight, local_ids, lse, mean_z, valid = ctx.saved_tensors
+        n, k = hidden.shape[0], local_ids.shape[1] - 1
+        grads = torch.zeros(n, k + 1, dtype=torch.float32, device=hidden.device)
+        if grad_topk is not None:
+            grads[:, :k] = grad_topk.float()
+        if grad_log_probs is not None and ctx.has_labels:
+            grads[:, k] = torch.where(valid, grad_log_probs.float(), 0.0)
+        g_ent = None
+        if grad_entropy is not None and mean_z is not None:
+            g_ent = grad_entropy.float()
+            if valid is not None:
+                g_ent = torch.where(valid, g_ent, 0.0)
+        d_hidden, d_weight = backward_at_ids(ctx.impl, hidden, weight, local_ids, ctx.inv_t,
+                                             lse, mean_z, grads, g_ent, ctx.tp_group,
+                                             ctx.needs_input_grad)
+        return d_hidden, d_weight, None, None, None, None
+
+
+def validate_k(k, vocab_size: int) -> None:
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeError(f"k must be an int (1 <= k <= {min(MAX_K, vocab_size)}), got "
+                        f"{type(k).__name__}")
+    if not 1 <= k <= min(MAX_K, vocab_size):
+        raise ValueError(f"k must satisfy 1 <= k <= {MAX_K} and k <= vocab size "
+                         f"({vocab_size}), got k={k}")
+
+
+def linear_topk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, k: int, *,
+                         temperature=1.0, tp_group=None, labels: torch.Tensor | None = None,
+                         return_entropy: bool = False, ignore_index: int = -100) -> TopkLogprobs:
+    """The ``k`` most likely ids under ``softmax(hidden @ weight.T / T)`` and their log-probs.
+
+    hidden [N, H], weight [V_local, H] (this rank's vocab shard when ``tp_group`` is given;
+    shards in rank order). ``temperature``: a float, a 0-d tensor or an [N] tensor (finite,
+    > 0). ``labels`` [N] (optional, ``ignore_index`` allowed) adds ``log_probs`` at them;
+    ``return_entropy`` adds the entropy (0 at ignored labels). Returns a TopkLogprobs; all
+    log-probs are differentiable w.r.t. hidden and weight, d_hidden complete on every rank.
+    """
+    params = LogprobParams(temperature=temperature, return_entropy=return_entropy,
+                           ignore_index=ignore_index)
+    world = dist.get_world_size(tp_group) if tp_group is not None else 1
+    vocab = weight.shape[0] * world if isinstance(weight, torch.Tensor) and weight.dim() == 2 \
+        else 0
+    if labels is not None:
+        validate_inputs(hidden, weight, labels, params, vocab_size=vocab)
+    else:
+        validate_matrices(hidden, weight)
+    validate_k(k, vocab)
+    return TopkLogprobs(*LinearTopkLogprobs.apply(hidden, weight, labels, k, params, tp_group))

@@ -1,0 +1,51 @@
+"""The chunked torch implementation of the top-k forward stage (CPU, and the reference).
+
+Stage contract, shared with the Triton kernel (ops/kernels/triton_topk.py):
+  topk_stats(hidden [N,H], weight [V,H], local_labels [N] (index into this vocab shard, or
+      -1), inv_temperature (float or fp32 [N], see ops/torch_chunked.py), with_entropy, k)
+      -> (stats [N, 4] fp32 exactly as torch_chunked.forward_stats,
+          values [N, k] fp32: the k largest z = (hidden @ weight.T) * inv_temperature of
+              this shard, descending, ties to the lower id,
+          ids [N, k] int64: their indices into this shard; a shard with fewer than k
+              columns pads with (-inf, topk_merge.PAD_ID))
+Here the statistics come from torch_chunked.forward_stats on the same token chunk (its
+math, not a copy of it; one extra matmul per chunk on this reference path). The Triton
+kernel feeds each logits tile to both in one pass.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .topk_merge import order_candidates, pad_candidates, tile_topk
+from .torch_chunked import TOKEN_CHUNK, VOCAB_CHUNK, forward_stats, row_slice
+
+
+def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+               inv_temperature, with_entropy: bool, k: int,
+               token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK):
+    n_tokens, vocab = hidden.shape[0], weight.shape[0]
+    values = torch.full((n_tokens, k), float("-inf"), dtype=torch.float32, device=hidden.device)
+    ids = torch.full((n_tokens, k), -1, dtype=torch.int64, device=hidden.device)
+    stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=hidden.device)
+    for n0 in range(0, n_tokens, token_chunk):
+        rows = slice(n0, n0 + token_chunk)
+        h = hidden[rows]
+        inv_t = row_slice(inv_temperature, rows)
+        best_v = best_i = None
+        for v0 in range(0, vocab, vocab_chunk):
+            w = weight[v0:v0 + vocab_chunk]
+            z = (h.float() @ w.float().T).mul_(inv_t)
+            tile_v, tile_i = tile_topk(z, k, v0)
+            if best_v is None:
+                best_v, best_i = tile_v, tile_i
+            else:
+                best_v, best_i = order_candidates(torch.cat([best_v, tile_v], dim=1),
+                                                  torch.cat([best_i, tile_i], dim=1), k)
+        if best_v is not None:
+            best_v, best_i = pad_candidates(best_v, best_i, k)
+            values[rows], ids[rows] = best_v, best_i
+        chunk_inv_t = inv_t if not isinstance(inv_t, torch.Tensor) else inv_t[:, 0]
+        stats[rows] = forward_stats(h, weight, local_labels[rows], chunk_inv_t, with_entropy,
+                                    token_chunk=token_chunk, vocab_chunk=vocab_chunk)
+    return stats, values, ids

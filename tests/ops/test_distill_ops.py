@@ -1,0 +1,180 @@
+"""Top-k log-probs and log-probs at given ids (chunked torch path) against fp64 references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from megatron_overlay.ops import linear_logprobs_at, linear_topk_logprobs
+from megatron_overlay.ops.topk_merge import order_candidates, tile_topk
+
+from .test_fused_ops import make
+
+IGNORE = -100
+
+
+def ref_logp(hidden, weight, temperature):
+    t = temperature.double()[:, None] if isinstance(temperature, torch.Tensor) else temperature
+    return torch.log_softmax((hidden @ weight.T) / t, dim=-1)
+
+
+def ref_topk(logp, k):
+    """Descending, ties to the lower id: a stable sort of the fp64 log-probs."""
+    order = logp.argsort(dim=1, descending=True, stable=True)[:, :k]
+    return logp.gather(1, order), order
+
+
+def rel_err(got, ref):
+    return ((got.double() - ref).abs().max() / ref.abs().max().clamp(min=1e-30)).item()
+
+
+@pytest.mark.parametrize("k", [1, 8, 40])
+@pytest.mark.parametrize("temperature", [0.7, "per-token"])
+def test_topk_matches_fp64(k, temperature):
+    hidden, weight, labels = make(61, 32, 9000, seed=k, ignore_every=9)  # 3 vocab chunks
+    if temperature == "per-token":
+        temperature = torch.linspace(0.4, 1.8, 61)
+    gen = torch.Generator().manual_seed(2)
+    c_topk, c_lp, c_ent = (torch.randn(61, k, generator=gen), torch.randn(61, generator=gen),
+                           torch.randn(61, generator=gen))
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    out = linear_topk_logprobs(h, w, k, temperature=temperature, labels=labels,
+                               return_entropy=True, ignore_index=IGNORE)
+    assert out.topk_ids.dtype == torch.int64 and out.topk_log_probs.dtype == torch.float32
+    ((out.topk_log_probs * c_topk).sum() + (out.log_probs * c_lp).sum()
+     + (out.entropy * c_ent).sum()).backward()
+
+    h2, w2 = hidden.double().requires_grad_(), weight.double().requires_grad_()
+    logp = ref_logp(h2, w2, temperature)
+    r_vals, r_ids = ref_topk(logp.detach(), k)
+    assert torch.equal(out.topk_ids, r_ids)
+    assert (out.topk_log_probs.double() - r_vals).abs().max() <= 1e-5
+    valid = labels != IGNORE
+    r_lp = torch.where(valid, logp.gather(1, labels.clamp(min=0)[:, None]).squeeze(1), 0.0)
+    r_ent = torch.where(valid, -(logp.exp() * logp).sum(1), 0.0)
+    assert (out.log_probs.double() - r_lp).abs().max() <= 2e-5  # |log p| up to ~25 at T=0.4
+    assert (out.entropy.double() - r_ent).abs().max() <= 2e-5  # ~9 summed over 9000 terms
+    # the gradient of the log-probs at the (fixed) chosen ids
+    ((logp.gather(1, r_ids) * c_topk.double()).sum() + (r_lp * c_lp.double()).sum()
+     + (r_ent * c_ent.double()).sum()).backward()
+    assert rel_err(h.grad, h2.grad) <= 1e-5 and rel_err(w.grad, w2.grad) <= 1e-5
+
+
+def test_topk_ties_go_to_the_lower_id_across_vocab_chunks():
+    hidden, weight, _ = make(5, 8, 9000, seed=4)
+    weight[3] = weight[3] * 10.0
+    weight[8500] = weight[7] = weight[4100] = weight[3]  # equal logits in 3 vocab chunks
+    hidden = torch.stack([weight[3]] * 5)  # id 3 and its copies are the top 4
+    out = linear_topk_logprobs(hidden, weight, 3)
+    assert out.topk_ids[0].tolist() == [3, 7, 4100]
+    assert torch.equal(out.topk_log_probs[:, 0], out.topk_log_probs[:, 2])
+
+
+def test_tile_topk_and_merge_settle_ties_exactly():
+    z = torch.tensor([[1.0, 5.0, 5.0, 2.0, 5.0, 5.0]])
+    values, ids = tile_topk(z, 3, id_offset=10)
+    assert ids.tolist() == [[11, 12, 14]] and values.tolist() == [[5.0, 5.0, 5.0]]
+    merged_v, merged_i = order_candidates(torch.tensor([[5.0, 5.0, 4.0, 5.0]]),
+                                          torch.tensor([[20, 11, 2, 12]]), 3)
+    assert merged_i.tolist() == [[11, 12, 20]]
+
+
+def test_topk_without_labels_returns_only_the_topk():
+    hidden, weight, _ = make(6, 8, 50)
+    out = linear_topk_logprobs(hidden, weight, 4)
+    assert out.log_probs is None and out.entropy is None
+    assert out.topk_ids.shape == out.topk_log_probs.shape == (6, 4)
+    assert (out.topk_log_probs[:, :-1] >= out.topk_log_probs[:, 1:]).all()
+
+
+def test_topk_equals_logprobs_at_its_ids():
+    hidden, weight, _ = make(30, 16, 700, seed=9)
+    out = linear_topk_logprobs(hidden, weight, 6, temperature=1.3)
+    at, _ = linear_logprobs_at(hidden, weight, out.topk_ids, temperature=1.3)
+    assert (at - out.topk_log_probs).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("temperature", [0.6, "per-token"])
+def test_logprobs_at_matches_fp64(temperature):
+    hidden, weight, _ = make(45, 24, 9000, seed=5)
+    if temperature == "per-token":
+        temperature = torch.linspace(0.5, 2.0, 45)
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 9000, (45, 7), generator=gen)
+    ids[:, 1] = ids[:, 0]  # a repeated id gets both gradients
+    c, c_ent = torch.randn(45, 7, generator=gen), torch.randn(45, generator=gen)
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    lp, ent = linear_logprobs_at(h, w, ids, temperature=temperature, return_entropy=True)
+    ((lp * c).sum() + (ent * c_ent).sum()).backward()
+    h2, w2 = hidden.double().requires_grad_(), weight.double().requires_grad_()
+    logp = ref_logp(h2, w2, temperature)
+    r_lp, r_ent = logp.gather(1, ids), -(logp.exp() * logp).sum(1)
+    assert (lp.double() - r_lp).abs().max() <= 1e-5
+    assert (ent.double() - r_ent).abs().max() <= 2e-5  # ~9 summed over 9000 terms
+    ((r_lp * c.double()).sum() + (r_ent * c_ent.double()).sum()).backward()
+    assert rel_err(h.grad, h2.grad) <= 1e-5 and rel_err(w.grad, w2.grad) <= 1e-5
+
+
+def test_bf16_inputs_within_bf16_tolerance():
+    hidden, weight, _ = make(40, 32, 3000, dtype=torch.bfloat16, seed=6)
+    ids = torch.randint(0, 3000, (40, 4), generator=torch.Generator().manual_seed(1))
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    lp, _ = linear_logprobs_at(h, w, ids, temperature=0.9)
+    lp.sum().backward()
+    assert h.grad.dtype == w.grad.dtype == torch.bfloat16
+    h2, w2 = hidden.double().requires_grad_(), weight.double().requires_grad_()
+    r = ref_logp(h2, w2, 0.9).gather(1, ids)
+    r.sum().backward()
+    assert (lp.double() - r).abs().max() <= 2e-2
+    assert rel_err(h.grad, h2.grad) <= 2e-2 and rel_err(w.grad, w2.grad) <= 2e-2
+
+
+def test_forward_only_keeps_nothing_and_needs_no_grad():
+    hidden, weight, _ = make(8, 8, 40)
+    with torch.no_grad():
+        out = linear_topk_logprobs(hidden, weight, 3)
+        lp, _ = linear_logprobs_at(hidden, weight, out.topk_ids)
+    assert not lp.requires_grad and torch.allclose(lp, out.topk_log_probs, atol=1e-6)
+
+
+@pytest.mark.parametrize("k, error, text", [
+    (0, ValueError, "k must satisfy 1 <= k <= 256"),
+    (257, ValueError, "k must satisfy 1 <= k <= 256"),
+    (17, ValueError, r"k <= vocab size \(16\)"),
+    (2.0, TypeError, "k must be an int"),
+    (True, TypeError, "k must be an int"),
+])
+def test_bad_k_raises(k, error, text):
+    hidden, weight, _ = make(4, 8, 16)
+    with pytest.raises(error, match=text):
+        linear_topk_logprobs(hidden, weight, k)
+
+
+@pytest.mark.parametrize("mutate, error, text", [
+    (lambda ids: ids + 16, ValueError, r"token_ids out of range: ids must lie in \[0, 16\)"),
+    (lambda ids: ids - 20, ValueError, "token_ids out of range"),
+    (lambda ids: ids.float(), TypeError, "token_ids must be an int64 tensor"),
+    (lambda ids: ids[:, 0], ValueError, r"token_ids must have shape \[4, k\]"),
+    (lambda ids: ids[:3], ValueError, r"token_ids must have shape \[4, k\]"),
+    (lambda ids: ids[:, :0], ValueError, r"k >= 1"),
+    (lambda ids: ids.tolist(), TypeError, "token_ids must be an int64 tensor"),
+])
+def test_bad_token_ids_raise(mutate, error, text):
+    hidden, weight, _ = make(4, 8, 16)
+    ids = torch.randint(0, 16, (4, 3))
+    with pytest.raises(error, match=text):
+        linear_logprobs_at(hidden, weight, mutate(ids))
+
+
+@pytest.mark.parametrize("temperature, error, text", [
+    (torch.tensor([1.0, 0.0, 1.0, 1.0]), ValueError, "finite and > 0 everywhere"),
+    (torch.ones(5), ValueError, r"\[N\] = \[4\]"),
+    (0.0, ValueError, "temperature must be finite and > 0"),
+])
+def test_bad_temperatures_raise_in_both_ops(temperature, error, text):
+    hidden, weight, _ = make(4, 8, 16)
+    with pytest.raises(error, match=text):
+        linear_topk_logprobs(hidden, weight, 2, temperature=temperature)
+    with pytest.raises(error, match=text):
+        linear_logprobs_at(hidden, weight, torch.zeros(4, 2, dtype=torch.int64),
+                           temperature=temperature)
