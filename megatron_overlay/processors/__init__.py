@@ -1,6 +1,7 @@
 """Output processors for the ``output_processor`` hook, selectable by name.
 
-Built-ins: ``"fused_logprob"``, ``"fused_ce_loss"``, ``"logits"``. Importing this package
+Built-ins: ``"fused_logprob"``, ``"fused_ce_loss"``, ``"fused_topk_logprobs"``,
+``"fused_logprobs_at"``, ``"logits"``. Importing this package
 does not import torch; resolving a name does.
 """
 

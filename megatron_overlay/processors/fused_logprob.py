@@ -24,13 +24,9 @@ from ..ops.temperature import rows_from_batch_seq
 from .registry import register
 
 
-@dataclass
-class FusedLogprobOutput:
-    """Per-token results, [b, s] like the logits path's loss; attribute and item access."""
-
-    log_probs: torch.Tensor
-    entropy: torch.Tensor | None = None
-    hidden_states: torch.Tensor | None = None  # the [s, b, h] hidden states the hook received
+class FieldAccess:
+    """Item access, ``keys``/``items`` and iteration over a dataclass's fields, so an output
+    reads like the dict a processor could also have returned."""
 
     def __getitem__(self, key: str):
         if key not in self.keys():
@@ -45,6 +41,15 @@ class FusedLogprobOutput:
 
     def __iter__(self):
         return iter(self.keys())
+
+
+@dataclass
+class FusedLogprobOutput(FieldAccess):
+    """Per-token results, [b, s] like the logits path's loss; attribute and item access."""
+
+    log_probs: torch.Tensor
+    entropy: torch.Tensor | None = None
+    hidden_states: torch.Tensor | None = None  # the [s, b, h] hidden states the hook received
 
 
 def _tp_group(output_layer):

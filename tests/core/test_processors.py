@@ -97,7 +97,8 @@ ERRORS = {
     "label_negative": ("ValueError", "labels out of range"),
     "label_shape": ("ValueError", "labels must be [batch, seq]"),
     "label_dtype": ("TypeError", "labels must be an int64 tensor"),
-    "unknown_name": ("ValueError", "known: fused_ce_loss, fused_logprob, logits"),
+    "unknown_name": ("ValueError", "known: fused_ce_loss, fused_logprob, fused_logprobs_at, "
+                              "fused_topk_logprobs, logits"),
 }
 
 

@@ -1,0 +1,91 @@
+"""``"fused_logprobs_at"``: log-probs at K given vocab ids per token, no logits.
+
+    out = model(input_ids, position_ids, attention_mask,
+                output_processor="fused_logprobs_at",
+                output_processor_context={"token_ids": teacher_topk_ids})  # [b, s, k]
+    out.log_probs   # [b, s, k] fp32 log softmax(logits / T) at token_ids, differentiable
+
+E.g. the student's log-probs at a teacher's top-k ids, for forward-KL distillation. A
+plain callable with megatron-core 0.18's hook signature: pass the function itself on an
+upstream 0.18+ core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from ..ops.linear_logprob import validate_matrices
+from ..ops.linear_logprobs_at import LinearLogprobsAt, validate_token_ids
+from ..ops.params import LogprobParams
+from .fused_logprob import FieldAccess, flatten_inputs
+from .registry import register
+
+CONTEXT_KEYS = ("token_ids", "temperature", "return_entropy")
+
+
+def read_context(context: Any) -> dict:
+    """This processor's options from ``context``: a mapping or an object with attributes;
+    a mapping's unknown keys raise (they are typos, not options)."""
+    if isinstance(context, Mapping):
+        unknown = sorted(set(context) - set(CONTEXT_KEYS))
+        if unknown:
+            raise ValueError(f"fused_logprobs_at got unknown context key(s) {unknown}; "
+                             f"accepted: {', '.join(CONTEXT_KEYS)}")
+        values = dict(context)
+    elif context is None:
+        values = {}
+    else:
+        values = {n: getattr(context, n) for n in CONTEXT_KEYS if hasattr(context, n)}
+    if "token_ids" not in values:
+        raise ValueError("fused_logprobs_at needs token_ids: pass output_processor_context="
+                         "{'token_ids': <[batch, seq, k] int64 vocab ids>}")
+    return values
+
+
+@dataclass
+class FusedLogprobsAtOutput(FieldAccess):
+    """[b, s, k] log-probs at the given ids; [b, s] entropy when asked for."""
+
+    log_probs: torch.Tensor
+    entropy: torch.Tensor | None = None
+    hidden_states: torch.Tensor | None = None  # the [s, b, h] hidden states the hook received
+
+
+def _flat_token_ids(token_ids, batch: int, seq: int) -> torch.Tensor:
+    """[b, s, k] -> [s * b, k] in the ops' s-major row order."""
+    if not isinstance(token_ids, torch.Tensor):
+        raise TypeError(f"token_ids must be an int64 tensor of vocab ids, got "
+                        f"{type(token_ids).__name__}")
+    if token_ids.dim() != 3 or token_ids.shape[:2] != (batch, seq) or token_ids.shape[2] < 1:
+        raise ValueError(f"token_ids must be [batch, seq, k] = [{batch}, {seq}, k >= 1] to "
+                         f"match the hidden states, got {tuple(token_ids.shape)}")
+    return token_ids.transpose(0, 1).reshape(seq * batch, token_ids.shape[2])
+
+
+@register("fused_logprobs_at")
+def fused_logprobs_at(
+    *, hidden_states, output_layer, output_weight, labels, loss_mask, input_ids,
+    position_ids, attention_mask, decoder_input, inference_context, packed_seq_params,
+    runtime_gather_output, context, compute_language_model_loss, scale_logits, config,
+) -> FusedLogprobsAtOutput:
+    """Log-probs of softmax(logits / temperature) at ``token_ids``, fused; labels unused.
+
+    context: ``token_ids`` ([b, s, k] int64, required), ``temperature`` (default 1.0;
+    float, or [b] / [b, s] tensor), ``return_entropy`` (default False).
+    """
+    options = read_context(context)
+    params = LogprobParams(temperature=options.get("temperature", 1.0),
+                           return_entropy=options.get("return_entropy", False))
+    flat = flatten_inputs(hidden_states, output_layer, output_weight, scale_logits,
+                          params.temperature)
+    token_ids = _flat_token_ids(options["token_ids"], flat.batch, flat.seq)
+    validate_matrices(flat.hidden, flat.weight)
+    validate_token_ids(token_ids, flat.hidden.shape[0], flat.vocab_size, flat.hidden.device)
+    params = LogprobParams(temperature=flat.temperature, return_entropy=params.return_entropy)
+    log_probs, entropy = LinearLogprobsAt.apply(flat.hidden, flat.weight, token_ids, params,
+                                                flat.tp_group)
+    return FusedLogprobsAtOutput(log_probs=flat.as_bs(log_probs), entropy=flat.as_bs(entropy),
+                                 hidden_states=hidden_states)

@@ -1,0 +1,99 @@
+"""``"fused_topk_logprobs"``: each token's top-k log-probs at the output layer, no logits.
+
+    out = model(input_ids, position_ids, attention_mask,
+                output_processor="fused_topk_logprobs",
+                output_processor_context={"k": 8, "temperature": 0.7})
+    out.topk_ids         # [b, s, k] int64 global vocab ids, descending, ties to the lower id
+    out.topk_log_probs   # [b, s, k] fp32 log softmax(logits / T) at them, differentiable
+
+With ``labels`` also ``log_probs`` and ``entropy`` [b, s] as ``"fused_logprob"`` gives them
+(one pass over the vocab for all of it). E.g. a teacher's top-k for forward-KL
+distillation, or the student's own top-k for reverse KL over it. A plain callable with
+megatron-core 0.18's hook signature: pass the function itself on an upstream 0.18+ core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from ..ops.linear_logprob import validate_inputs, validate_matrices
+from ..ops.linear_topk import LinearTopkLogprobs, validate_k
+from ..ops.params import DEFAULT_IGNORE_INDEX, LogprobParams
+from .fused_logprob import FieldAccess, flatten_inputs
+from .registry import register
+
+CONTEXT_KEYS = ("k", "temperature", "return_entropy", "ignore_index")
+
+
+def read_context(context: Any) -> dict:
+    """This processor's options from ``context``: None, a mapping or an object with
+    attributes; a mapping's unknown keys raise (they are typos, not options)."""
+    if context is None:
+        values = {}
+    elif isinstance(context, Mapping):
+        unknown = sorted(set(context) - set(CONTEXT_KEYS))
+        if unknown:
+            raise ValueError(f"fused_topk_logprobs got unknown context key(s) {unknown}; "
+                             f"accepted: {', '.join(CONTEXT_KEYS)}")
+        values = dict(context)
+    else:
+        values = {n: getattr(context, n) for n in CONTEXT_KEYS if hasattr(context, n)}
+    if "k" not in values:
+        raise ValueError("fused_topk_logprobs needs k: pass output_processor_context="
+                         "{'k': <1..256>} (and optionally 'temperature')")
+    return values
+
+
+@dataclass
+class FusedTopkOutput(FieldAccess):
+    """[b, s, k] top-k per token; [b, s] log-probs at the labels and entropy when labels
+    were given. Attribute and item access."""
+
+    topk_ids: torch.Tensor
+    topk_log_probs: torch.Tensor
+    log_probs: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    hidden_states: torch.Tensor | None = None  # the [s, b, h] hidden states the hook received
+
+
+@register("fused_topk_logprobs")
+def fused_topk_logprobs(
+    *, hidden_states, output_layer, output_weight, labels, loss_mask, input_ids,
+    position_ids, attention_mask, decoder_input, inference_context, packed_seq_params,
+    runtime_gather_output, context, compute_language_model_loss, scale_logits, config,
+) -> FusedTopkOutput:
+    """Top-``k`` ids and log-probs of softmax(logits / temperature), fused.
+
+    context: ``k`` (int, required, 1 <= k <= 256 and <= vocab), ``temperature`` (default
+    1.0; float, or [b] / [b, s] tensor), ``return_entropy`` (default True, with labels),
+    ``ignore_index`` (default -100).
+    """
+    options = read_context(context)
+    k = options["k"]
+    params = LogprobParams(temperature=options.get("temperature", 1.0),
+                           return_entropy=options.get("return_entropy", True),
+                           ignore_index=options.get("ignore_index", DEFAULT_IGNORE_INDEX))
+    flat = flatten_inputs(hidden_states, output_layer, output_weight, scale_logits,
+                          params.temperature)
+    params = LogprobParams(temperature=flat.temperature,
+                           return_entropy=params.return_entropy and labels is not None,
+                           ignore_index=params.ignore_index)
+    flat_labels = None
+    if labels is not None:
+        if labels.shape != (flat.batch, flat.seq):
+            raise ValueError(f"labels must be [batch, seq] = [{flat.batch}, {flat.seq}] to "
+                             f"match the hidden states, got {tuple(labels.shape)}")
+        flat_labels = labels.transpose(0, 1).reshape(flat.seq * flat.batch)
+        validate_inputs(flat.hidden, flat.weight, flat_labels, params,
+                        vocab_size=flat.vocab_size)
+    else:
+        validate_matrices(flat.hidden, flat.weight)
+    validate_k(k, flat.vocab_size)
+    ids, topk_log_probs, log_probs, entropy = LinearTopkLogprobs.apply(
+        flat.hidden, flat.weight, flat_labels, k, params, flat.tp_group)
+    return FusedTopkOutput(topk_ids=flat.as_bs(ids), topk_log_probs=flat.as_bs(topk_log_probs),
+                           log_probs=flat.as_bs(log_probs), entropy=flat.as_bs(entropy),
+                           hidden_states=hidden_states)
