@@ -1,0 +1,90 @@
+"""The top-k forward stage on a Triton kernel: launch, split choice and the split merge.
+
+Same contract as ``ops/torch_topk.py`` (its docstring). The backward of the top-k op
+needs no kernel of its own: it is the log-prob stage's backward (triton_impl.backward)
+plus a sparse part (ops/logits_at.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+
+from ..topk_merge import PAD_ID, order_candidates
+from . import autotune_configs
+from .autotune_configs import KernelConfig
+from .topk_forward import topk_stats_kernel
+from .triton_impl import (_check_device, _dot_precision, _inv_t_args, _merge_splits, _rowmajor,
+                          _sms, _source, _upcast_dot, interpreting, tma_supported)
+
+__all__ = ["topk_stats"]
+
+# The per-split top-k lists ([splits, N, k] values and ids, 8 bytes a pair, plus the 16 bytes
+# of statistics) stay under this: the issue's forward target is <= 64 MiB beyond the outputs.
+TOPK_PARTIAL_BUDGET_BYTES = 48 << 20
+
+# The running top-k lives in registers next to the logits tile: a narrower tile than the
+# log-prob forward's 128 x 256 leaves room for it. Interpreter: tiny tiles.
+TOPK_16BIT = KernelConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=8)
+TOPK_FP32 = KernelConfig(128, 64, 32, num_warps=8, num_stages=3, group_m=8)
+
+
+def _config(dtype: torch.dtype) -> KernelConfig:
+    if interpreting():
+        return autotune_configs.forward_config(dtype, False, True)
+    return TOPK_FP32 if dtype == torch.float32 else TOPK_16BIT
+
+
+def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int) -> tuple[int, int]:
+    """(splits, vocab tiles per split): about two waves of work items, under the budget."""
+    cap = max(1, min(num_v, TOPK_PARTIAL_BUDGET_BYTES // ((16 + 8 * k) * max(n_rows, 1))))
+    wanted = max(1, min(cap, math.ceil(2 * num_sms / num_m)))
+    per_split = math.ceil(num_v / wanted)
+    return math.ceil(num_v / per_split), per_split
+
+
+def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+               inv_temperature, with_entropy: bool, k: int, *,
+               config: KernelConfig | None = None, use_tma: bool | None = None):
+    _check_device(hidden, weight, local_labels)
+    n_tokens, hidden_size = hidden.shape
+    vocab = weight.shape[0]
+    dev = hidden.device
+    stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=dev)
+    if n_tokens == 0 or vocab == 0:
+        stats[:, 0] = float("-inf")
+        return (stats, torch.full((n_tokens, k), float("-inf"), device=dev),
+                torch.full((n_tokens, k), PAD_ID, dtype=torch.int64, device=dev))
+    hidden, weight = _rowmajor(hidden), _rowmajor(weight)
+    labels = local_labels.contiguous()
+    tma = tma_supported(hidden, weight) if use_tma is None else use_tma
+    cfg = config or _config(hidden.dtype)
+
+    num_m = triton.cdiv(n_tokens, cfg.block_m)
+    num_v = triton.cdiv(vocab, cfg.block_v)
+    splits, per_split = _splits(num_m, num_v, n_tokens, k, _sms(dev))
+    part = stats if splits == 1 else torch.empty(splits, n_tokens, 4, dtype=torch.float32,
+                                                 device=dev)
+    part_v = torch.empty(splits, n_tokens, k, dtype=torch.float32, device=dev)
+    part_i = torch.empty(splits, n_tokens, k, dtype=torch.int32, device=dev)
+    inv_t_ptr, inv_t = _inv_t_args(inv_temperature, stats)
+    topk_stats_kernel[(num_m * splits,)](
+        _source(hidden, [cfg.block_m, cfg.block_k], tma),
+        _source(weight, [cfg.block_v, cfg.block_k], tma),
+        labels, part, part_v, part_i, inv_t_ptr,
+        n_tokens, vocab, hidden_size, k, hidden.stride(0), weight.stride(0), inv_t,
+        splits, per_split, cfg.group_m,
+        BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
+        KP=triton.next_power_of_2(k), WITH_ENTROPY=bool(with_entropy), USE_TMA=tma,
+        DOT_PRECISION=_dot_precision(hidden.dtype), UPCAST_DOT=_upcast_dot(hidden.dtype),
+        ROW_INV_T=inv_t_ptr is not stats, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if splits > 1:
+        _merge_splits(part, stats, bool(with_entropy))
+    ids = part_i.long()
+    ids = torch.where(ids >= vocab, torch.full_like(ids, PAD_ID), ids)  # unfilled slots
+    values = part_v.permute(1, 0, 2).reshape(n_tokens, splits * k)
+    values, ids = order_candidates(values, ids.permute(1, 0, 2).reshape(n_tokens, splits * k), k)
+    return stats, values, ids

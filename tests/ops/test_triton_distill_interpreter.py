@@ -1,0 +1,159 @@
+"""The top-k Triton kernel and per-row temperatures in the log-prob kernels, under
+TRITON_INTERPRET=1 on CPU, against the chunked torch path.
+
+As tests/ops/test_triton_interpreter.py: one subprocess (this file with ``--worker``) runs
+every case with the variable set from its start and reports JSON. Tiny shapes with partial
+tiles (the interpreter config is 16 x 32 x 16), equal logits at the k-th place, shards
+narrower than k, per-row temperatures; then both new ops end to end (values and
+gradients) with MEGATRON_OVERLAY_IMPL=triton against =torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPK_SHAPES = [(33, 32, 130, 3), (5, 16, 50, 8), (20, 16, 200, 20), (9, 16, 5, 8), (17, 16, 64, 1)]
+DTYPES = ["float32", "bfloat16"]
+GRAD_TOL = {"float32": 2e-5, "bfloat16": 2e-2}
+STATS_TOL = 2e-5
+
+CASES = ([f"topk-{n}x{h}x{v}-k{k}-{d}" for n, h, v, k in TOPK_SHAPES for d in DTYPES]
+         + [f"rowtemp-{d}" for d in DTYPES] + [f"op-{d}" for d in DTYPES])
+
+
+def _worker() -> int:
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+    import torch
+
+    from megatron_overlay.ops import (linear_logprobs_at, linear_topk_logprobs, torch_chunked,
+                                      torch_topk)
+    from megatron_overlay.ops.kernels import triton_impl, triton_topk
+
+    assert triton_impl.interpreting()
+    report = {}
+
+    def rel(a, b):
+        return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
+
+    def inputs(n, h, v, dtype, seed):
+        g = torch.Generator().manual_seed(seed)
+        hidden = torch.randn(n, h, generator=g).to(dtype)
+        weight = (torch.randn(v, h, generator=g) * 0.6).to(dtype)
+        weight[v - 1] = weight[min(2, v - 1)]  # equal logits: ties to the lower id
+        labels = torch.randint(0, v, (n,), generator=g)
+        labels[::3] = -1
+        inv_t = torch.rand(n, generator=g) * 2 + 0.3
+        return hidden, weight, labels, inv_t
+
+    for case in CASES:
+        try:
+            kind, rest = case.split("-", 1)
+            dtype = getattr(torch, case.rsplit("-", 1)[1])
+            if kind == "topk":
+                shape, k = rest.split("-")[:2]
+                n, h, v = map(int, shape.split("x"))
+                k = int(k[1:])
+                hidden, weight, labels, inv_t = inputs(n, h, v, dtype, seed=n + v)
+                for temperature in (inv_t, 1 / 0.7):
+                    ref = torch_topk.topk_stats(hidden, weight, labels, temperature, True, k)
+                    got = triton_topk.topk_stats(hidden, weight, labels, temperature, True, k)
+                    report.setdefault(case, {"stats_err": 0.0, "values_err": 0.0,
+                                             "ids_equal": True, "dtype": str(dtype)[6:]})
+                    res = report[case]
+                    res["stats_err"] = max(res["stats_err"], (got[0] - ref[0]).abs().max().item())
+                    finite = torch.isfinite(ref[1])
+                    res["values_err"] = max(res["values_err"],
+                                            (got[1][finite] - ref[1][finite]).abs().max().item())
+                    res["ids_equal"] &= torch.equal(got[2], ref[2])
+            elif kind == "rowtemp":  # the log-prob stages with per-row temperatures
+                hidden, weight, labels, inv_t = inputs(33, 32, 130, dtype, seed=4)
+                ref = torch_chunked.forward_stats(hidden, weight, labels, inv_t, True)
+                got = triton_impl.forward_stats(hidden, weight, labels, inv_t, True)
+                lse = ref[:, 0] + ref[:, 1].log()
+                mean_z = ref[:, 0] + ref[:, 2] / ref[:, 1]
+                g = torch.Generator().manual_seed(7)
+                g_lp, g_ent = torch.randn(33, generator=g), torch.randn(33, generator=g)
+                rdh, rdw = torch_chunked.backward(hidden, weight, labels, inv_t, lse, mean_z,
+                                                  g_lp, g_ent)
+                dh, dw = triton_impl.backward(hidden, weight, labels, inv_t, lse, mean_z, g_lp,
+                                              g_ent)
+                report[case] = {"stats_err": (got - ref).abs().max().item(), "values_err": 0.0,
+                                "ids_equal": True, "dh_err": rel(dh, rdh),
+                                "dw_err": rel(dw, rdw), "dtype": str(dtype)[6:]}
+            else:  # both new ops through autograd, triton vs torch
+                hidden, weight, labels, inv_t = inputs(33, 32, 130, dtype, seed=11)
+                labels[labels < 0] = -100
+                temps = 1 / inv_t
+                ids = torch.randint(0, 130, (33, 5), generator=torch.Generator().manual_seed(2))
+                outs = {}
+                for impl in ("torch", "triton"):
+                    os.environ["MEGATRON_OVERLAY_IMPL"] = impl
+                    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+                    top = linear_topk_logprobs(h, w, 6, temperature=temps, labels=labels,
+                                               return_entropy=True)
+                    at, ent = linear_logprobs_at(h, w, ids, temperature=temps,
+                                                 return_entropy=True)
+                    coef = torch.linspace(-1, 1, 33)
+                    loss = ((top.topk_log_probs * coef[:, None]).sum() + top.log_probs.sum()
+                            + (top.entropy * coef).sum() + (at * coef[:, None]).sum()
+                            + ent.sum())
+                    loss.backward()
+                    outs[impl] = (top, at, ent, h.grad, w.grad)
+                os.environ.pop("MEGATRON_OVERLAY_IMPL")
+                t, r = outs["triton"], outs["torch"]
+                values_err = max((t[0].topk_log_probs - r[0].topk_log_probs).abs().max().item(),
+                                 (t[0].log_probs - r[0].log_probs).abs().max().item(),
+                                 (t[0].entropy - r[0].entropy).abs().max().item(),
+                                 (t[1] - r[1]).abs().max().item(),
+                                 (t[2] - r[2]).abs().max().item())
+                report[case] = {"stats_err": 0.0, "values_err": values_err,
+                                "ids_equal": torch.equal(t[0].topk_ids, r[0].topk_ids),
+                                "dh_err": rel(t[3], r[3]), "dw_err": rel(t[4], r[4]),
+                                "dtype": str(dtype)[6:]}
+        except Exception as e:  # reported per case, so one failure does not hide the rest
+            import traceback
+            report[case] = {"error": f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"}
+    print("REPORT " + json.dumps(report))
+    return 0
+
+
+@pytest.fixture(scope="module")
+def report():
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("Triton is not importable here; the interpreter tests need it "
+                    "(pip install triton)")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join(
+        [str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.pop("MEGATRON_OVERLAY_IMPL", None)
+    proc = subprocess.run([sys.executable, __file__, "--worker"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    if proc.returncode != 0 or not lines:
+        pytest.fail(f"interpreter worker failed (rc {proc.returncode}):\n"
+                    f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(lines[-1][len("REPORT "):])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_interpreter_case(report, case):
+    res = report[case]
+    assert "error" not in res, res.get("error")
+    assert res["ids_equal"], res
+    assert res["stats_err"] < STATS_TOL, res
+    # op values: fp32 log-probs of bf16 inputs, summed in different orders
+    assert res["values_err"] < (1e-4 if case.startswith("op-") else STATS_TOL), res
+    if "dh_err" in res:
+        tol = GRAD_TOL[res["dtype"]]
+        assert res["dh_err"] < tol and res["dw_err"] < tol, res
+
+
+if __name__ == "__main__" and "--worker" in sys.argv:
+    sys.exit(_worker())
