@@ -13,6 +13,7 @@ against fp64: top-k ids equal to the fp64 ranking, max |log-prob error|.
 
     python tools/bench_distill.py --out out/distill
     python tools/bench_distill.py --shapes 4096,1024,32000 --ks 8 --out out/small
+    python tools/bench_distill.py --sweep 8192,4096,151936,8 --out out/sweep  # + configs
 """
 
 from __future__ import annotations
@@ -171,12 +172,37 @@ def run_shape(n, h, v, ks, repeats, results, log):
         log(f"   check: {json.dumps({k_: row[k_] for k_ in row if k_ not in ('shape', 'k') and not isinstance(row[k_], dict)})}")
 
 
+def sweep(n, h, v, k, repeats, log) -> list:
+    """The top-k kernel's candidate configs (triton_topk.CANDIDATES), forward stage only."""
+    from megatron_overlay.ops.kernels import triton_topk
+
+    sets = [make_inputs(n, h, v, 1, seed) for seed in (0, 1)]
+    no_label = torch.full((n,), -1, dtype=torch.int64, device="cuda")
+    gemm = cuda_time(gemm_fwd, sets, 2, repeats)
+    rows = []
+    for cfg in triton_topk.CANDIDATES:
+        def run(hh, ww, _ids, cfg=cfg):
+            return triton_topk.topk_stats(hh, ww, no_label, 1 / TEMPERATURE, False, k,
+                                          config=cfg)
+        try:
+            ms = cuda_time(run, sets, 2, repeats)
+        except Exception as err:  # noqa: BLE001
+            log(f"sweep {cfg.name()} k={k}: ERROR {err!r}"[:300])
+            continue
+        rows.append({"shape": [n, h, v], "k": k, "config": cfg.name(), "ms": ms,
+                     "x_gemm": ms / gemm})
+        log(f"sweep {n}x{h}x{v} k={k} {cfg.name():>32}: {ms:8.2f} ms {ms / gemm:5.3f}x gemm")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", nargs="*", default=None, help="N,H,V ...")
     parser.add_argument("--ks", default=",".join(map(str, KS)))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--sweep", default=None, metavar="N,H,V,k",
+                        help="also time the top-k kernel's candidate configs at this shape")
     args = parser.parse_args()
     shapes = [tuple(map(int, s.split(","))) for s in args.shapes] if args.shapes else SHAPES
     ks = [int(k) for k in args.ks.split(",")]
@@ -192,6 +218,9 @@ def main() -> None:
             {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
              "temperature": TEMPERATURE, "results": results}, indent=1))
 
+    if args.sweep:
+        n, h, v, k = map(int, args.sweep.split(","))
+        results.extend(sweep(n, h, v, k, args.repeats, log))
     for n, h, v in shapes:
         run_shape(n, h, v, ks, args.repeats, results, log)
         torch.cuda.empty_cache()

@@ -7,7 +7,7 @@ and weight. The log-sum-exp (and entropy) come from the log-prob stage
 (``forward_stats`` with no label, torch or Triton by device); the K logits per token from
 ``logits_at`` (sparse). Backward: d/dz sum_i g_i log p(y_i) = sum_i g_i 1[j = y_i] - p_j
 sum_i g_i, i.e. the log-prob stage's backward with no label and g = sum_i g_i (the dense
-part) plus the sparse indicator part from ``logits_at``. Vocab-parallel TP as in
+part) plus the indicator terms, passed to it as ``sparse_ids`` / ``sparse_grads``. Vocab-parallel TP as in
 linear_logprob.py: ``weight`` is this rank's shard, ids are global.
 """
 
@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from .linear_logprob import merge_stats, pick_impl, validate_matrices
-from .logits_at import add_logits_at_grad, logits_at
+from .logits_at import logits_at
 from .params import LogprobParams
 from .temperature import inverse_temperature
 
@@ -60,17 +60,16 @@ def backward_at_ids(impl, hidden, weight, local_ids, inv_t, lse, mean_z, grad_at
     """(d_hidden, d_weight) of sum grad_at_ids * log p(ids) + sum grad_entropy * H.
 
     Shared by the ops that return log-probs at chosen ids (here and linear_topk.py).
-    The dense stage runs with no label and g = sum of the row's grads; the sparse part
-    adds the indicator terms. d_weight is accumulated in fp32 and rounded once.
+    The log-prob stage's backward runs with no label, g = sum of the row's grads for the
+    dense term, and the ids with their grads as its sparse indicator terms.
     """
     grad_at_ids = grad_at_ids.float()
     no_label = torch.full((hidden.shape[0],), -1, dtype=torch.int64, device=hidden.device)
     d_hidden, d_weight = impl.backward(hidden, weight, no_label, inv_t, lse,
                                        mean_z if grad_entropy is not None else None,
                                        grad_at_ids.sum(dim=1), grad_entropy,
-                                       d_weight_dtype=torch.float32)
-    add_logits_at_grad(hidden, weight, local_ids, inv_t, grad_at_ids, d_hidden,
-                       d_weight if needs_input_grad[1] else None)
+                                       d_weight_dtype=weight.dtype, sparse_ids=local_ids,
+                                       sparse_grads=grad_at_ids)
     if tp_group is not None:  # each shard holds part of d_hidden: complete it on every rank
         dist.all_reduce(d_hidden, group=tp_group)
     d_hidden = d_hidden.to(hidden.dtype) if needs_input_grad[0] else None

@@ -17,6 +17,10 @@ Stage contract, shared with the Triton kernels (ops/kernels/):
       grad_logprob [N], grad_entropy [N] or None, *, d_weight_dtype=None) -> (d_hidden
       [N,H] fp32 partial over this shard, d_weight [V,H] accumulated in fp32 and rounded
       once to d_weight_dtype, default fp32)
+      Optional ``sparse_ids`` [N, K] (indices into this shard, or -1) with ``sparse_grads``
+      [N, K] fp32: adds sum_i sparse_grads[n, i] 1[j = sparse_ids[n, i]] to d(loss)/dz, the
+      indicator terms of log-probs at several ids per token (repeats add up); used by
+      linear_logprobs_at / linear_topk_logprobs with local_labels all -1.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
              inv_temperature, lse: torch.Tensor, mean_z: torch.Tensor | None,
              grad_logprob: torch.Tensor, grad_entropy: torch.Tensor | None, *,
              d_weight_dtype: torch.dtype | None = None,
+             sparse_ids: torch.Tensor | None = None, sparse_grads: torch.Tensor | None = None,
              token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK):
     """d/dz log p[y] = 1[j=y] - p_j;  d/dz H = -p_j (z_j - E_p[z]);  dz/d(logit) = 1/T."""
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
@@ -93,6 +98,11 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             in_tile = (labels >= v0) & (labels < v0 + z.shape[1])
             rows = in_tile.nonzero().squeeze(1)
             grad_z[rows, labels[rows] - v0] += g_lp[rows]
+            if sparse_ids is not None:
+                ids = sparse_ids[sl]
+                here = (ids >= v0) & (ids < v0 + z.shape[1])
+                grad_z.scatter_add_(1, (ids - v0).clamp(0, z.shape[1] - 1),
+                                    torch.where(here, sparse_grads[sl].float(), 0.0))
             grad_z *= inv_t
             d_hidden[sl] += grad_z @ w
             d_weight[v0:v0 + vocab_chunk] += grad_z.T @ h

@@ -28,6 +28,7 @@ from . import autotune_configs
 from .autotune_configs import KernelConfig
 from .logprob_backward import grad_logits_kernel
 from .logprob_forward import forward_stats_kernel
+from .sparse_grad import add_sparse_grad_kernel
 
 __all__ = ["forward_stats", "backward", "interpreting", "tma_supported"]
 
@@ -218,12 +219,15 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
              inv_temperature, lse: torch.Tensor, mean_z: torch.Tensor | None,
              grad_logprob: torch.Tensor, grad_entropy: torch.Tensor | None, *,
              config: KernelConfig | None = None, use_tma: bool | None = None,
-             chunk_budget: int | None = None, d_weight_dtype: torch.dtype | None = None):
+             chunk_budget: int | None = None, d_weight_dtype: torch.dtype | None = None,
+             sparse_ids: torch.Tensor | None = None, sparse_grads: torch.Tensor | None = None):
     """The contract's backward; ``d_weight_dtype`` (an opt-in extra, default fp32 as the
     contract says) lets cuBLAS write d_weight directly in e.g. the weight's dtype. Each
     d_weight row is written by exactly one GEMM (vocab chunks do not overlap), so that is
     the same single rounding of an fp32-accumulated product as fp32 followed by
-    ``.to(dtype)``, minus one fp32 write and the cast's read and write of [V, H]."""
+    ``.to(dtype)``, minus one fp32 write and the cast's read and write of [V, H].
+    ``sparse_ids`` / ``sparse_grads``: the contract's sparse indicator terms, added to each
+    d(logits) chunk by sparse_grad.py before the GEMMs."""
     _check_device(hidden, weight, local_labels)
     n_tokens, hidden_size = hidden.shape
     vocab = weight.shape[0]
@@ -267,6 +271,14 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     labels = local_labels.contiguous()
     num_m = triton.cdiv(n_tokens, cfg.block_m)
     inv_t_ptr, inv_t = _inv_t_args(inv_temperature, lse)
+    sparse = None
+    if sparse_ids is not None:  # d(logits) entries: g * inv_t (and the fp16 buffer's scale)
+        vals = sparse_grads.float() * (inv_temperature[:, None] if isinstance(
+            inv_temperature, torch.Tensor) else inv_temperature)
+        if unscale is not None:
+            vals = vals * scale
+        sparse = (sparse_ids.to(torch.int32).contiguous(), vals.contiguous(),
+                  sparse_ids.shape[1], triton.next_power_of_2(sparse_ids.shape[1]))
 
     for v0 in range(0, vocab, width_max):
         width = min(width_max, vocab - v0)
@@ -288,6 +300,9 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             DOT_PRECISION=_dot_precision(hidden.dtype), UPCAST_DOT=_upcast_dot(hidden.dtype),
             ROW_INV_T=inv_t_ptr is not lse, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
+        if sparse is not None:
+            add_sparse_grad_kernel[(n_tokens,)](grad, grad.stride(0), sparse[0], sparse[1],
+                                                sparse[2], v0, width, KP=sparse[3])
         _matmul_fp32(grad, w_chunk, d_hidden, accumulate=v0 > 0)
         if d_weight.dtype == hidden.dtype and hidden.dtype != torch.float32:
             torch.mm(grad.T, hidden, out=d_weight[v0:v0 + width])

@@ -22,13 +22,19 @@ from .triton_impl import (_check_device, _dot_precision, _inv_t_args, _merge_spl
 __all__ = ["topk_stats"]
 
 # The per-split top-k lists ([splits, N, k] values and ids, 8 bytes a pair, plus the 16 bytes
-# of statistics) stay under this: the forward target is <= 64 MiB beyond the outputs.
-TOPK_PARTIAL_BUDGET_BYTES = 48 << 20
+# of statistics) stay under this, and the host merges them a block of rows at a time with
+# about MERGE_BUDGET_BYTES of sort temporaries: the forward target is <= 64 MiB
+# beyond the outputs.
+TOPK_PARTIAL_BUDGET_BYTES = 32 << 20
+MERGE_BUDGET_BYTES = 16 << 20
 
 # The running top-k lives in registers next to the logits tile: a narrower tile than the
 # log-prob forward's 128 x 256 leaves room for it. Interpreter: tiny tiles.
 TOPK_16BIT = KernelConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=8)
 TOPK_FP32 = KernelConfig(128, 64, 32, num_warps=8, num_stages=3, group_m=8)
+# What tools/bench_distill.py --sweep tries.
+CANDIDATES = [TOPK_16BIT, KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8),
+              KernelConfig(128, 128, 64, num_warps=4, num_stages=4, group_m=8)]
 
 
 def _config(dtype: torch.dtype) -> KernelConfig:
@@ -83,8 +89,13 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
     )
     if splits > 1:
         _merge_splits(part, stats, bool(with_entropy))
-    ids = part_i.long()
-    ids = torch.where(ids >= vocab, torch.full_like(ids, PAD_ID), ids)  # unfilled slots
-    values = part_v.permute(1, 0, 2).reshape(n_tokens, splits * k)
-    values, ids = order_candidates(values, ids.permute(1, 0, 2).reshape(n_tokens, splits * k), k)
+    values = torch.empty(n_tokens, k, dtype=torch.float32, device=dev)
+    ids = torch.empty(n_tokens, k, dtype=torch.int64, device=dev)
+    step = max(1, MERGE_BUDGET_BYTES // (48 * splits * k))  # ~48 bytes of temporaries a pair
+    for r0 in range(0, n_tokens, step):
+        rows = slice(r0, r0 + step)
+        cand_i = part_i[:, rows].permute(1, 0, 2).reshape(-1, splits * k).long()
+        cand_i = torch.where(cand_i >= vocab, PAD_ID, cand_i)  # unfilled slots
+        cand_v = part_v[:, rows].permute(1, 0, 2).reshape(-1, splits * k)
+        values[rows], ids[rows] = order_candidates(cand_v, cand_i, k)
     return stats, values, ids

@@ -1,0 +1,35 @@
+"""Backward, between stage 1 and the GEMMs: add a few given entries to a d(logits) chunk.
+
+For ops whose loss has log-probs at several ids per token (linear_logprobs_at,
+linear_topk_logprobs), d(loss)/dz_j carries ``sum_i g_i 1[j = id_i]`` besides the dense
+``-p_j sum_i g_i``. Stage 1 writes the dense part (no label); this kernel adds the sparse
+part into the same [rows, vocab-chunk] buffer, so the two cuBLAS GEMMs produce d_hidden
+and d_weight at once (no [V, H] fp32 buffer, no scatter over [N*K, H]).
+
+One program per token row: it loads the row's K (id, value) pairs, sums the values of
+repeated ids (e.g. a label that is also a top-k id) onto their first occurrence, and adds
+each sum to the buffer entry in fp32, rounding once to the buffer's dtype.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_sparse_grad_kernel(g_ptr, stride_g, ids_ptr, vals_ptr, K, v0, width,
+                           KP: tl.constexpr):
+    row = tl.program_id(0)
+    i = tl.arange(0, KP)
+    valid = i < K
+    base = row.to(tl.int64) * K
+    ids = tl.load(ids_ptr + base + i, mask=valid, other=-1)
+    vals = tl.load(vals_ptr + base + i, mask=valid, other=0.0)
+    cols = ids - v0
+    here = valid & (ids >= 0) & (cols >= 0) & (cols < width)
+    same = (ids[:, None] == ids[None, :]) & here[:, None] & here[None, :]
+    total = tl.sum(tl.where(same, vals[None, :], 0.0), axis=1)
+    earlier = tl.sum((same & (i[None, :] < i[:, None])).to(tl.int32), axis=1)
+    write = here & (earlier == 0)
+    ptrs = g_ptr + row.to(tl.int64) * stride_g + cols
+    old = tl.load(ptrs, mask=write, other=0.0).to(tl.float32)
+    tl.store(ptrs, (old + total).to(g_ptr.dtype.element_ty), mask=write)
