@@ -32,20 +32,27 @@ def _offer_tile(acc, v0, V, inv_t_col, run_v, run_i, K, BLOCK_V: tl.constexpr,
     cols = v0 + tl.arange(0, BLOCK_V)
     z = tl.where(cols[None, :] < V, acc * inv_t_col, float("-inf"))
     cols2d = cols[None, :] + tl.zeros_like(z).to(tl.int32)
-    thr = tl.min(run_v, axis=1)
-    cand = z > thr[:, None]
-    n_iter = tl.minimum(tl.max(tl.sum(cand.to(tl.int32), axis=1), axis=0), K)
-    for _ in range(n_iter):
-        best = tl.max(tl.where(cand, z, float("-inf")), axis=1)
-        col = tl.min(tl.where(cand & (z == best[:, None]), cols2d, BIG), axis=1)
-        has = best > thr
-        at_min = run_v == thr[:, None]
-        evict = tl.max(tl.where(at_min, run_i, -1), axis=1)
-        hit = at_min & (run_i == evict[:, None]) & has[:, None]
-        run_v = tl.where(hit, best[:, None], run_v)
-        run_i = tl.where(hit, col[:, None], run_i)
+    if KP == 1:  # top-1: a running argmax, no insertion loop
+        best = tl.max(z, axis=1)
+        col = tl.min(tl.where(z == best[:, None], cols2d, BIG), axis=1)
+        better = (best > tl.max(run_v, axis=1))[:, None]
+        run_v = tl.where(better, best[:, None], run_v)
+        run_i = tl.where(better, col[:, None], run_i)
+    else:
         thr = tl.min(run_v, axis=1)
-        cand = cand & (cols2d != col[:, None]) & (z > thr[:, None])
+        cand = z > thr[:, None]
+        n_iter = tl.minimum(tl.max(tl.sum(cand.to(tl.int32), axis=1), axis=0), K)
+        for _ in range(n_iter):
+            best = tl.max(tl.where(cand, z, float("-inf")), axis=1)
+            col = tl.min(tl.where(cand & (z == best[:, None]), cols2d, BIG), axis=1)
+            has = best > thr
+            at_min = run_v == thr[:, None]
+            evict = tl.max(tl.where(at_min, run_i, -1), axis=1)
+            hit = at_min & (run_i == evict[:, None]) & has[:, None]
+            run_v = tl.where(hit, best[:, None], run_v)
+            run_i = tl.where(hit, col[:, None], run_i)
+            thr = tl.min(run_v, axis=1)
+            cand = cand & (cols2d != col[:, None]) & (z > thr[:, None])
     return run_v, run_i
 
 

@@ -34,7 +34,8 @@ TOPK_16BIT = KernelConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=8)
 TOPK_FP32 = KernelConfig(128, 64, 32, num_warps=8, num_stages=3, group_m=8)
 # What tools/bench_distill.py --sweep tries.
 CANDIDATES = [TOPK_16BIT, KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8),
-              KernelConfig(128, 128, 64, num_warps=4, num_stages=4, group_m=8)]
+              KernelConfig(128, 128, 64, num_warps=4, num_stages=4, group_m=8),
+              KernelConfig(64, 256, 64, num_warps=4, num_stages=3, group_m=8)]
 
 
 def _config(dtype: torch.dtype) -> KernelConfig:
