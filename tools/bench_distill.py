@@ -169,7 +169,9 @@ def run_shape(n, h, v, ks, repeats, results, log):
             log(f"{n}x{h}x{v} k={k} {name:>12}: {ms:8.2f} ms  {ms / floor:5.3f}x floor  "
                 f"peak +{mem:8.1f} MiB")
         results.append(row)
-        log(f"   check: {json.dumps({k_: row[k_] for k_ in row if k_ not in ('shape', 'k') and not isinstance(row[k_], dict)})}")
+        checks = {name: value for name, value in row.items()
+                  if name not in ("shape", "k") and not isinstance(value, dict)}
+        log(f"   check: {json.dumps(checks)}")
 
 
 def sweep(n, h, v, k, repeats, log) -> list:

@@ -7,8 +7,8 @@ and weight. The log-sum-exp (and entropy) come from the log-prob stage
 (``forward_stats`` with no label, torch or Triton by device); the K logits per token from
 ``logits_at`` (sparse). Backward: d/dz sum_i g_i log p(y_i) = sum_i g_i 1[j = y_i] - p_j
 sum_i g_i, i.e. the log-prob stage's backward with no label and g = sum_i g_i (the dense
-part) plus the indicator terms, passed to it as ``sparse_ids`` / ``sparse_grads``. Vocab-parallel TP as in
-linear_logprob.py: ``weight`` is this rank's shard, ids are global.
+part) plus the indicator terms, passed to it as ``sparse_ids`` / ``sparse_grads``.
+Vocab-parallel TP as in linear_logprob.py: ``weight`` is this rank's shard, ids are global.
 """
 
 from __future__ import annotations

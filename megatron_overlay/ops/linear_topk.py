@@ -23,7 +23,7 @@ import torch.distributed as dist
 from . import torch_chunked, torch_topk
 from .linear_logprob import _local_labels, merge_stats, pick_impl, validate_inputs, \
     validate_matrices
-from .linear_logprobs_at import backward_at_ids, entropy_from_stats, vocab_start_of
+from .linear_logprobs_at import backward_at_ids, entropy_from_stats, shard_ids, vocab_start_of
 from .params import LogprobParams
 from .temperature import inverse_temperature
 from .topk_merge import PAD_ID, order_candidates
@@ -96,10 +96,9 @@ class LinearTopkLogprobs(torch.autograd.Function):
         ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None
         ctx.has_labels = labels is not None
         if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive
-            local_ids = torch.cat([ids - vocab_start, local_labels[:, None]], dim=1)
-            local_ids[:, :k] = torch.where((local_ids[:, :k] >= 0)
-                                           & (local_ids[:, :k] < weight.shape[0]),
-                                           local_ids[:, :k], -1)
+            # the chosen ids and the label: the ids whose log-probs carry gradients
+            local_ids = torch.cat([shard_ids(ids, vocab_start, weight.shape[0]),
+                                   local_labels[:, None]], dim=1)
             ctx.save_for_backward(hidden, weight, local_ids, lse, mean_z, valid)
         return ids, topk_log_probs, log_probs, entropy
 

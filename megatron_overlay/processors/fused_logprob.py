@@ -153,7 +153,8 @@ def fused_logprob(
     """Log-probs of ``labels`` and entropy under softmax(logits / temperature), fused.
 
     context: None, a mapping or an object with ``temperature`` (default 1.0; a float, or a
-    [b] / [b, s] tensor of per-sample / per-token temperatures), ``return_entropy`` (default True) and ``ignore_index`` (default -100).
+    [b] / [b, s] tensor of per-sample / per-token temperatures), ``return_entropy``
+    (default True) and ``ignore_index`` (default -100).
     """
     params = LogprobParams.from_context(context)
     _require_labels(labels, "fused_logprob",

@@ -79,7 +79,8 @@ def test_processor_shapes_flatten_to_s_major_rows():
 
 
 @pytest.mark.parametrize("temperature, error, text", [
-    (torch.tensor([0.5, 0.0, 1.0, 1.0]), ValueError, "finite and > 0 everywhere, got 0.0 at flat index 1"),
+    (torch.tensor([0.5, 0.0, 1.0, 1.0]), ValueError,
+     "finite and > 0 everywhere, got 0.0 at flat index 1"),
     (torch.tensor([0.5, float("nan"), 1.0, 1.0]), ValueError, "finite and > 0 everywhere"),
     (torch.tensor([0.5, 1.0, -2.0, 1.0]), ValueError, "finite and > 0 everywhere"),
     (torch.tensor([0.5, 1.0, float("inf"), 1.0]), ValueError, "finite and > 0 everywhere"),
