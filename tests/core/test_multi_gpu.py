@@ -27,7 +27,7 @@ WORKER = REPO / "tests" / "support" / "multi_gpu_worker.py"
 # (log-prob / entropy abs, gradient abs relative to the largest |reference| entry).
 # fp32: the Triton kernels' fp32 dots run in tf32. bf16: the logits path rounds the logits
 # to bf16 before the fp32 log-softmax; the fused path never does.
-TOL = {"float32": (2e-3, 1e-2), "bfloat16": (3e-2, 5e-2)}
+TOL = {"float32": (2e-3, 1e-2), "bfloat16": (3e-2, 1e-1)}
 
 
 def run(mode: str, out: Path) -> list[dict]:
@@ -67,6 +67,9 @@ def test_tp2_fused_matches_gathered_logits(tp_sp, rank):
     for name, row in tp_sp[rank].items():
         stats_tol, grad_tol = TOL[name.split("-")[0]]
         fused, ref = row["fused"], row["logits"]
+        print(f"rank {rank} {name}: log-probs {(fused['log_probs'] - ref['log_probs']).abs().max():.2e}"
+              f" entropy {(fused['entropy'] - ref['entropy']).abs().max():.2e}"
+              f" grad rel {worst_relative(fused['grads'], ref['grads']):.2e}")  # pytest -s
         assert torch.isfinite(fused["log_probs"]).all() and torch.isfinite(fused["entropy"]).all()
         assert (fused["log_probs"] - ref["log_probs"]).abs().max() < stats_tol, name
         assert (fused["entropy"] - ref["entropy"]).abs().max() < stats_tol, name
@@ -81,9 +84,13 @@ def test_pp2_1f1b_matches_pp1(pp, tied):
     for rank in stages:
         row = rank[key]
         assert row["schedule"] == "forward_backward_pipelining_without_interleaving"
-        assert worst_relative(row["grads"], row["ref_grads"]) < 1e-2, (key, row["stage"])
+        print(f"{key} stage {row['stage']}: grad rel "
+              f"{worst_relative(row['grads'], row['ref_grads']):.2e}")  # pytest -s
+        assert worst_relative(row["grads"], row["ref_grads"]) < 1e-3, (key, row["stage"])
     last = stages[1][key]
     assert last["log_probs"].shape == last["ref_log_probs"].shape
+    print(f"{key}: log-probs {(last['log_probs'] - last['ref_log_probs']).abs().max():.2e} "
+          f"entropy {(last['entropy'] - last['ref_entropy']).abs().max():.2e}")
     assert (last["log_probs"] - last["ref_log_probs"]).abs().max() < 2e-3
     assert (last["entropy"] - last["ref_entropy"]).abs().max() < 2e-3
     names = set(stages[0][key]["grads"]) | set(stages[1][key]["grads"])
