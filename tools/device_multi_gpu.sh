@@ -30,6 +30,10 @@ for v in 0.19.2 0.15.3; do
     echo "pytest rc=$?"
     timeout 150 python3 tools/schedule_plan_check.py --out /tmp/sp-$v
     cp /tmp/sp-$v/schedule_plan.json "$OUT/schedule_plan-$v.json"
+    if [ $v = 0.15.3 ]; then   # past the router's NameError without TE (see the tool's doc)
+      timeout 150 python3 tools/schedule_plan_check.py --define-missing-te-names --out /tmp/spt
+      cp /tmp/spt/schedule_plan.json "$OUT/schedule_plan-$v-te-names.json"
+    fi
   ) > "$log" 2>&1
   summary+=("$v: $(grep -E '^[0-9]+ (passed|failed)|passed|failed' "$log" | tail -1)")
 done

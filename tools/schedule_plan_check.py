@@ -13,6 +13,13 @@ output processor (none = the default per-token loss, ``"fused_ce_loss"``,
 whatever stops a path is recorded with its error.
 
     python tools/schedule_plan_check.py --out DIR       # needs 2 CUDA GPUs (NCCL)
+    python tools/schedule_plan_check.py --define-missing-te-names --out DIR   # 0.14-0.15
+
+Without Transformer Engine, megatron-core 0.15.x cannot run any MoE forward: its router
+calls ``router_gating_linear``, which tests ``te_general_gemm is not None``, a name
+``moe_utils`` defines only when TE imports (NameError). Later releases (0.19.2) set these
+names to None without TE; ``--define-missing-te-names`` does the same here, so that the
+schedule-plan path itself can be checked on those cores.
 
 Writes DIR/schedule_plan.json. Keep NVLink multicast off (NCCL_NVLS_ENABLE=0).
 """
@@ -42,6 +49,23 @@ CFG = gpt_setup.ModelConfig(vocab=4096, hidden=256, layers=2, heads=4, seq=256, 
 MOE = dict(num_moe_experts=4, moe_router_topk=2, moe_token_dispatcher_type="alltoall",
            expert_model_parallel_size=2, add_bias_linear=False, moe_aux_loss_coeff=0.0,
            moe_router_load_balancing_type="none")
+
+
+TE_NAMES = ["fused_compute_score_for_moe_aux_loss", "fused_moe_aux_loss", "fused_permute",
+            "fused_permute_with_probs", "fused_sort_chunks_by_index",
+            "fused_sort_chunks_by_index_with_probs", "fused_topk_with_score_function",
+            "fused_unpermute", "te_general_gemm"]
+
+
+def define_missing_te_names() -> list[str]:
+    """Set moe_utils' TE-only names to None where the core left them undefined, as 0.19.2
+    does without TE."""
+    from megatron.core.transformer.moe import moe_utils
+
+    missing = [name for name in TE_NAMES if not hasattr(moe_utils, name)]
+    for name in missing:
+        setattr(moe_utils, name, None)
+    return missing
 
 
 def build(overlap: bool):
@@ -102,7 +126,8 @@ def compare(plain: dict, plan: dict) -> dict:
             "grad_max_rel": grad_rel, "n_grads": len(plain["grads"])}
 
 
-def worker(rank: int, port: int, out: str) -> None:
+def worker(rank: int, port: int, out: str, te_names: bool) -> None:
+    defined = define_missing_te_names() if te_names else []
     gpt_setup.init_distributed(rank, 2, port, 1, device="cuda", ep=2)
     plain_model, plan_model = build(False), build(True)
     plan_model.load_state_dict(plain_model.state_dict())
@@ -130,7 +155,8 @@ def worker(rank: int, port: int, out: str) -> None:
 
         Path(out, "schedule_plan.json").write_text(json.dumps(
             {"megatron_core": version("megatron-core"), "torch": torch.__version__,
-             "gpu": torch.cuda.get_device_name(0), "processors": report}, indent=1) + "\n")
+             "gpu": torch.cuda.get_device_name(0), "te_names_defined_as_none": defined,
+             "processors": report}, indent=1) + "\n")
     dist.barrier()
     gpt_setup.shutdown()
 
@@ -138,12 +164,16 @@ def worker(rank: int, port: int, out: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out/schedule_plan"))
+    parser.add_argument("--define-missing-te-names", action="store_true",
+                        help="set moe_utils' TE-only names to None where the core leaves them "
+                             "undefined without Transformer Engine (0.14-0.15), as 0.19 does")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     if torch.cuda.device_count() < 2:
         raise SystemExit(f"needs 2 CUDA GPUs, found {torch.cuda.device_count()}")
-    mp.spawn(worker, args=(gpt_setup.free_port(), str(args.out)), nprocs=2, join=True)
+    mp.spawn(worker, args=(gpt_setup.free_port(), str(args.out), args.define_missing_te_names),
+             nprocs=2, join=True)
     report = json.loads((args.out / "schedule_plan.json").read_text())
     for name, row in report["processors"].items():
         print(f"{report['megatron_core']:>18}  {name:14}  plain: {row['plain'][:60]}  "
