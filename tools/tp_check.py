@@ -9,6 +9,7 @@ gradient at TP=2 (shards gathered) against TP=1, as max abs differences. With
 
     python tools/tp_check.py --device cpu                 # gloo, fp32, tiny model
     python tools/tp_check.py --device cuda --out DIR      # NCCL, bf16, one process per GPU
+    python tools/tp_check.py --device cuda --no-op-timing # the model comparison only
 
 On CUDA keep NVLink multicast off (NCCL_NVLS_ENABLE=0), as the device notes ask.
 """
