@@ -121,11 +121,12 @@ class LinearLogprobEntropy(torch.autograd.Function):
         g_h = None
         if ctx.params.return_entropy and grad_entropy is not None:
             g_h = torch.where(valid, grad_entropy.float(), zero)
-        # d_weight: fp32 accumulation, one rounding to the weight's dtype (inside the impl,
-        # which saves an fp32 [V, H] buffer and its cast on GPU)
+        # d_weight (and d_hidden without TP): fp32 accumulation, rounded to the inputs'
+        # dtype inside the impl, which saves an fp32 copy and its cast on GPU. Under TP
+        # d_hidden stays fp32 for the all-reduce.
         d_hidden, d_weight = ctx.impl.backward(
             hidden, weight, local_labels, ctx.params.inv_temperature, lse, mean_z, g_lp, g_h,
-            d_weight_dtype=weight.dtype)
+            d_weight_dtype=weight.dtype, d_hidden_dtype=None if ctx.tp else hidden.dtype)
         if ctx.tp:  # each shard holds part of d_hidden: complete it on every rank
             dist.all_reduce(d_hidden, group=ctx.tp_group)
         d_hidden = d_hidden.to(hidden.dtype) if ctx.needs_input_grad[0] else None

@@ -11,9 +11,9 @@ Stage contract, shared with the Triton kernels (ops/kernels/):
       t is taken relative to the max so that entropy = log s - t / s has no cancellation
       between two large numbers (lse and E[z]) at low temperatures
   backward(hidden, weight, local_labels, inv_temperature, lse [N], mean_z [N] or None,
-      grad_logprob [N], grad_entropy [N] or None, *, d_weight_dtype=None) -> (d_hidden
-      [N,H] fp32 partial over this shard, d_weight [V,H] accumulated in fp32 and rounded
-      once to d_weight_dtype, default fp32)
+      grad_logprob [N], grad_entropy [N] or None, *, d_weight_dtype=None,
+      d_hidden_dtype=None) -> (d_hidden [N,H] partial over this shard, d_weight [V,H]),
+      each accumulated in fp32 and rounded once to its dtype argument, default fp32
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
              inv_temperature: float, lse: torch.Tensor, mean_z: torch.Tensor | None,
              grad_logprob: torch.Tensor, grad_entropy: torch.Tensor | None, *,
              d_weight_dtype: torch.dtype | None = None,
+             d_hidden_dtype: torch.dtype | None = None,
              token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK):
     """d/dz log p[y] = 1[j=y] - p_j;  d/dz H = -p_j (z_j - E_p[z]);  dz/d(logit) = 1/T."""
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
@@ -95,4 +96,5 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             grad_z *= inv_temperature
             d_hidden[sl] += grad_z @ w
             d_weight[v0:v0 + vocab_chunk] += grad_z.T @ h
-    return d_hidden, d_weight.to(d_weight_dtype or torch.float32)
+    return (d_hidden.to(d_hidden_dtype or torch.float32),
+            d_weight.to(d_weight_dtype or torch.float32))
