@@ -38,6 +38,10 @@ _pending: deque = deque()   # (host record, event, vocab_size, ignore_index), ol
 _captured: list = []        # (device record, vocab_size, ignore_index) made during capture
 
 
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def strict_mode(strict_labels: bool | None) -> bool:
     """``strict_labels`` if given, else ``$MEGATRON_OVERLAY_STRICT_LABELS == "1"``."""
     if strict_labels is not None:
@@ -88,7 +92,7 @@ def defer(bad: torch.Tensor, labels: torch.Tensor, vocab_size: int, ignore_index
     if not record.is_cuda:  # CPU (tests): the record is already on the host
         _pending.append((record, None, vocab_size, ignore_index))
         return
-    if torch.cuda.is_current_stream_capturing():
+    if _capturing():
         _captured.append((record, vocab_size, ignore_index))
         return
     host = torch.empty(4, dtype=torch.int64, pin_memory=True)
@@ -108,6 +112,8 @@ def poll(wait: bool = False) -> None:
     ``wait=False`` looks only at records whose copy has finished (no sync); ``wait=True``
     waits for all of them. Records are dropped once looked at, so an error is raised once.
     """
+    if not wait and _capturing():  # no event queries inside a capture
+        return
     while _pending:
         host, event, vocab_size, ignore_index = _pending[0]
         if event is not None:
