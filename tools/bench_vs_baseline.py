@@ -48,21 +48,36 @@ def _op(package: str):
 
 
 class Runner:
-    def __init__(self, op, invariant=True):
-        self.op, self.invariant = op, invariant
+    """One configuration of an op: batch invariance on/off and autotune_configs overrides
+    (set around each call, e.g. {"BACKWARD_EXTRA_BUDGET_BYTES": 480 << 20})."""
 
-    def fwd(self, h, w, y):
+    def __init__(self, op, invariant=True, overrides=None):
+        self.op, self.invariant, self.overrides = op, invariant, overrides or {}
+
+    def _call(self, fn):
+        from megatron_overlay.ops.kernels import autotune_configs
+
+        saved = {k: getattr(autotune_configs, k) for k in self.overrides}
         os.environ[INVARIANCE_ENV] = "1" if self.invariant else "0"
+        for k, v in self.overrides.items():
+            setattr(autotune_configs, k, v)
         try:
-            return self.op(h, w, y, temperature=TEMPERATURE)
+            return fn()
         finally:
             os.environ.pop(INVARIANCE_ENV, None)
+            for k, v in saved.items():
+                setattr(autotune_configs, k, v)
+
+    def fwd(self, h, w, y):
+        return self._call(lambda: self.op(h, w, y, temperature=TEMPERATURE))
 
     def fb(self, h, w, y, a, b):
-        h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
-        lp, ent = self.fwd(h, w, y)
-        ((lp * a).sum() + (ent * b).sum()).backward()
-        return h.grad, w.grad
+        def run():
+            hh, ww = h.detach().requires_grad_(), w.detach().requires_grad_()
+            lp, ent = self.op(hh, ww, y, temperature=TEMPERATURE)
+            ((lp * a).sum() + (ent * b).sum()).backward()
+            return hh.grad, ww.grad
+        return self._call(run)
 
 
 class Gemm:
@@ -77,6 +92,10 @@ class Gemm:
             self.grad = None
             self.grad = torch.randn(h.shape[0], w.shape[0], device=h.device, dtype=h.dtype)
         return h @ w.T, self.grad @ w, self.grad.T @ h
+
+
+def r_is_fb_variant(name: str) -> bool:
+    return name.startswith("fb_")
 
 
 def timed(methods, phase, inputs, reps, seed):
@@ -118,6 +137,7 @@ def bench_shape(n, hdim, v, runners, args, log):
     row = {"N": n, "H": hdim, "V": v}
     fwd_methods = {"gemm": Gemm(), **runners}
     fb_methods = {m: r for m, r in fwd_methods.items() if m != "ours_var"}
+    fwd_methods = {m: r for m, r in fwd_methods.items() if not r_is_fb_variant(m)}
     for phase, methods, inputs, reps in (("fwd", fwd_methods, fwd_in, args.repeats),
                                          ("fb", fb_methods, fb_in, args.fb_repeats)):
         times = timed(methods, phase, inputs, reps, seed=n)
@@ -126,6 +146,9 @@ def bench_shape(n, hdim, v, runners, args, log):
             row[f"{m}_{phase}_ms_all"] = [round(x, 3) for x in t]
     grads = (n * hdim + v * hdim) * 2
     ref_lp, ref_ent = fp64_reference(sets[0][0], w, sets[0][1], min(1024, n))
+    for m in [m for m in runners if r_is_fb_variant(m)]:
+        row[f"{m}_fb_extra_gib"] = extra_peak(runners[m].fb, fb_in[0], exclude_bytes=grads)
+        row[f"{m}_fb_x_gemm"] = row[f"{m}_fb_ms"] / row["gemm_fb_ms"]
     for m in ("base", "ours"):
         if m not in runners:
             continue
@@ -185,6 +208,10 @@ def main():
     parser.add_argument("--fb-repeats", type=int, default=7)
     parser.add_argument("--grad-shape", default="32768,1024,32768",
                         help="N,H,V of the gradient accuracy check ('' to skip)")
+    parser.add_argument("--fb-variant", action="append", default=[],
+                        help="NAME:KEY=VALUE[,KEY=VALUE]: our op with autotune_configs "
+                             "overrides, timed in fb (e.g. b480:BACKWARD_EXTRA_BUDGET_BYTES="
+                             "503316480)")
     parser.add_argument("--out", default="out/vs_baseline")
     args = parser.parse_args()
     out = Path(args.out)
@@ -198,6 +225,10 @@ def main():
 
     ours = _op("megatron_overlay")
     runners = {"ours": Runner(ours), "ours_var": Runner(ours, invariant=False)}
+    for spec in args.fb_variant:
+        name, _, pairs = spec.partition(":")
+        overrides = {k: int(v) for k, v in (p.split("=") for p in pairs.split(","))}
+        runners[f"fb_{name}"] = Runner(ours, overrides=overrides)
     if args.baseline:
         sys.path.insert(0, args.baseline)
         runners["base"] = Runner(_op("megatron_overlay_base"))
@@ -220,6 +251,11 @@ def main():
             f"| {g('ours_vs_base_fb', 0):.3f} | {g('base_fb_extra_gib', 0):.3f} "
             f"| {g('ours_fb_extra_gib'):.3f} | {g('ours_fwd_extra_gib'):.3f} "
             f"| {g('base_invariant_rows', -1)} / {g('ours_invariant_rows')} |")
+    for r in rows:
+        for m in [k[:-6] for k in r if k.startswith("fb_") and k.endswith("_fb_ms")]:
+            log(f"{r['N']},{r['H']},{r['V']} {m}: fb {r[m + '_fb_ms']:.2f} ms "
+                f"({r[m + '_fb_ms'] / r['base_fb_ms'] if 'base_fb_ms' in r else 0:.3f} x base), "
+                f"extra {r[m + '_fb_extra_gib']:.3f} GiB")
 
 
 if __name__ == "__main__":

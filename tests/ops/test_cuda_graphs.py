@@ -129,7 +129,8 @@ def test_fused_logprob_in_gptmodel_forward_capture():
                               dtype=torch.bfloat16)
     gpt_cpu.init_distributed(0, 1, gpt_cpu.free_port(), 1, device="cuda")
     try:
-        model = gpt_cpu.build_model(cfg).cuda().eval()
+        # bf16 throughout (the test helper's torch norms are built in fp32)
+        model = gpt_cpu.build_model(cfg).cuda().to(torch.bfloat16).eval()
         input_ids, position_ids, mask, labels, _ = (
             t.cuda() for t in gpt_cpu.batch(cfg))
         context = {"temperature": 0.7}
