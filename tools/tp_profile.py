@@ -6,6 +6,8 @@ Per world size: median of CUDA-event times over repeats, and a torch.profiler ta
 rank 0 (CUDA time per kernel/op over 3 steps) for each phase.
 
     python tools/tp_profile.py --out out/tp_profile     # needs 2 GPUs
+    PYTHONPATH=<dir with megatron_overlay_base>:. python tools/tp_profile.py \
+        --package megatron_overlay_base --out out/tp_base   # an older copy, same harness
 
 Keep NVLink multicast off (NCCL_NVLS_ENABLE=0), as the device notes ask.
 """
@@ -36,8 +38,11 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def worker(rank: int, world: int, port: int, out: str, repeats: int) -> None:
-    from megatron_overlay.ops import linear_logprob_entropy
+def worker(rank: int, world: int, port: int, out: str, repeats: int, package: str,
+           profile: bool) -> None:
+    import importlib
+
+    linear_logprob_entropy = importlib.import_module(f"{package}.ops").linear_logprob_entropy
 
     torch.cuda.set_device(rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -60,7 +65,7 @@ def worker(rank: int, world: int, port: int, out: str, repeats: int) -> None:
             if backward:
                 (lp.sum() + ent.sum()).backward()
 
-    row = {"world": world, "N": n, "H": h, "V": v}
+    row = {"world": world, "N": n, "H": h, "V": v, "package": package}
     for backward in (False, True):
         key = "fb" if backward else "fwd"
         for _ in range(3):
@@ -77,6 +82,8 @@ def worker(rank: int, world: int, port: int, out: str, repeats: int) -> None:
             times.append(start.elapsed_time(end))
         row[f"{key}_ms"] = statistics.median(times)
         row[f"{key}_ms_all"] = [round(t, 3) for t in times]
+        if not profile:
+            continue
         torch.cuda.synchronize()
         dist.barrier()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
@@ -99,16 +106,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out/tp_profile"))
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--package", default="megatron_overlay",
+                        help="the package whose op is timed (e.g. a baseline copy)")
+    parser.add_argument("--no-profile", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     if torch.cuda.device_count() < 2:
         raise SystemExit("needs 2 GPUs")
     for world in (1, 2):
-        mp.spawn(worker, args=(world, _free_port(), str(args.out), args.repeats), nprocs=world,
-                 join=True)
+        mp.spawn(worker, args=(world, _free_port(), str(args.out), args.repeats, args.package,
+                               not args.no_profile), nprocs=world, join=True)
     rows = [json.loads(x) for x in (args.out / "tp_profile.json").read_text().splitlines()]
-    one, two = rows
+    one, two = rows[-2:]
     print(f"TP=1 fwd {one['fwd_ms']:.2f} ms, fb {one['fb_ms']:.2f} ms; TP=2 fwd "
           f"{two['fwd_ms']:.2f} ms, fb {two['fb_ms']:.2f} ms; speed-up fwd "
           f"{one['fwd_ms'] / two['fwd_ms']:.2f}x, fb {one['fb_ms'] / two['fb_ms']:.2f}x")
