@@ -105,7 +105,8 @@ def timed(methods, phase, inputs, reps, seed):
     with ctx():
         for rep in range(2 + reps):
             for m in order.sample(list(methods), len(methods)):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
                 start.record()
                 out = getattr(methods[m], phase)(*inputs[rep % len(inputs)])
                 end.record()
@@ -245,8 +246,9 @@ def main():
     log("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         g = r.get
-        log(f"| {r['N']}, {r['H']}, {r['V']} | {g('gemm_fwd_ms', 0):.2f} | {g('base_fwd_ms', 0):.2f} "
-            f"| {g('ours_fwd_ms'):.2f} | {g('ours_var_fwd_ms'):.2f} | {g('ours_vs_base_fwd', 0):.3f} "
+        log(f"| {r['N']}, {r['H']}, {r['V']} | {g('gemm_fwd_ms', 0):.2f} "
+            f"| {g('base_fwd_ms', 0):.2f} | {g('ours_fwd_ms'):.2f} | {g('ours_var_fwd_ms'):.2f} "
+            f"| {g('ours_vs_base_fwd', 0):.3f} "
             f"| {g('gemm_fb_ms'):.2f} | {g('base_fb_ms', 0):.2f} | {g('ours_fb_ms'):.2f} "
             f"| {g('ours_vs_base_fb', 0):.3f} | {g('base_fb_extra_gib', 0):.3f} "
             f"| {g('ours_fb_extra_gib'):.3f} | {g('ours_fwd_extra_gib'):.3f} "
