@@ -19,6 +19,12 @@ of the GPU once per microbatch) and breaks ``torch.cuda.graph`` capture. So:
   Inside CUDA-graph capture no copy is made (a copy to the host is not replayable as a
   check); the record stays on the device and ``check_labels()`` reads the latest one of
   each captured call after a replay.
+
+Under TP every rank holds the same labels and the same record, but each polls on its own
+clock, so ranks can raise at different calls: the one that raises exits while its peers
+wait in the next collective until the launcher (torchrun) stops them, as already happens
+when one data-parallel rank raises. ``strict_labels=True`` checks on every rank before
+any work, at the same call.
 """
 
 from __future__ import annotations
