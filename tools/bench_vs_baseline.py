@@ -177,6 +177,27 @@ def bench_shape(n, hdim, v, runners, args, log):
     return row
 
 
+def profile_fb(runners, n, hdim, v, out: Path, log):
+    """CUDA time per kernel of one forward+backward, per runner (torch.profiler)."""
+    sets, w = make_inputs(n, hdim, v, seed=n)
+    a, b = _loss_coeffs(n, w.device)
+    args = (sets[0][0], w, sets[0][1], a, b)
+    for m, r in runners.items():
+        if m == "ours_var":
+            continue
+        for _ in range(2):
+            r.fb(*args)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            r.fb(*args)
+            torch.cuda.synchronize()
+        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=14,
+                                          max_name_column_width=70)
+        with open(out / "profile_fb.txt", "a") as f:
+            f.write(f"== {m} fb at {n},{hdim},{v}\n{table}\n")
+    log(f"profile written: {out / 'profile_fb.txt'}")
+
+
 def grad_accuracy(runners, n, hdim, v, log):
     """Relative Frobenius error of d_hidden, d_weight vs fp32 autograd on the same bf16
     inputs, and the same for the reference rounded to bf16 (the floor)."""
@@ -213,6 +234,7 @@ def main():
                         help="NAME:KEY=VALUE[,KEY=VALUE]: our op with autotune_configs "
                              "overrides, timed in fb (e.g. b480:BACKWARD_EXTRA_BUDGET_BYTES="
                              "503316480)")
+    parser.add_argument("--profile", default="", help="N,H,V: profile one fb per method")
     parser.add_argument("--out", default="out/vs_baseline")
     args = parser.parse_args()
     out = Path(args.out)
@@ -234,6 +256,8 @@ def main():
         sys.path.insert(0, args.baseline)
         runners["base"] = Runner(_op("megatron_overlay_base"))
     log(f"device {torch.cuda.get_device_name()} torch {torch.__version__}")
+    if args.profile:
+        profile_fb(runners, *map(int, args.profile.split(",")), out, log)
     rows = [bench_shape(*map(int, s.split(",")), runners, args, log)
             for s in args.shapes.split(";")]
     acc = grad_accuracy(runners, *map(int, args.grad_shape.split(",")), log) \
