@@ -3,7 +3,9 @@
 Nothing here knows about megatron.
 """
 
+from .label_check import check_labels
 from .linear_logprob import LinearLogprobEntropy, linear_logprob_entropy, pick_impl
 from .params import LogprobParams
 
-__all__ = ["LinearLogprobEntropy", "LogprobParams", "linear_logprob_entropy", "pick_impl"]
+__all__ = ["LinearLogprobEntropy", "LogprobParams", "check_labels", "linear_logprob_entropy",
+           "pick_impl"]

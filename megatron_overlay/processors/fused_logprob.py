@@ -13,6 +13,7 @@ upstream 0.18+ core without the overlay (pass the function instead of its name).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 
 import torch
@@ -54,14 +55,15 @@ def _tp_group(output_layer):
     return parallel_state.get_tensor_model_parallel_group()
 
 
-def _logit_scale(scale_logits, like: torch.Tensor) -> float:
+def _logit_scale(scale_logits) -> float:
     """The factor ``scale_logits`` multiplies logits by (MuP's output multiplier, or 1).
 
     0.18 scales the materialized logits; the fused op folds the same factor into the
-    temperature instead. Probed on a tiny tensor; anything but a plain multiplication
-    is refused rather than silently ignored.
+    temperature instead. Probed on a tiny CPU tensor (on the GPU, reading the factor back
+    would be a host sync, and creating the probe would break CUDA-graph capture);
+    anything but a plain multiplication is refused rather than silently ignored.
     """
-    probe = torch.tensor([1.0, 2.0], dtype=torch.float32, device=like.device)
+    probe = torch.tensor([1.0, 2.0], dtype=torch.float32)
     scaled = scale_logits(probe)
     factor = float(scaled[0])
     if not torch.allclose(scaled, probe * factor):
@@ -90,11 +92,9 @@ def _run_fused(hidden_states, output_layer, output_weight, labels, scale_logits,
     if hidden_states.dtype != weight.dtype:
         raise TypeError(f"hidden states ({hidden_states.dtype}) and output weight "
                         f"({weight.dtype}) dtypes differ")
-    factor = _logit_scale(scale_logits, hidden_states)
+    factor = _logit_scale(scale_logits)
     if factor != 1.0:
-        params = LogprobParams(temperature=params.temperature / factor,
-                               return_entropy=params.return_entropy,
-                               ignore_index=params.ignore_index)
+        params = dataclasses.replace(params, temperature=params.temperature / factor)
     flat_hidden = hidden_states.reshape(seq * batch, hidden_states.shape[-1])  # s-major view
     flat_labels = labels.transpose(0, 1).reshape(seq * batch)
     validate_inputs(flat_hidden, weight, flat_labels, params, vocab_size=weight.shape[0] * tp)
@@ -119,7 +119,8 @@ def fused_logprob(
     """Log-probs of ``labels`` and entropy under softmax(logits / temperature), fused.
 
     context: None, a mapping or an object with ``temperature`` (default 1.0),
-    ``return_entropy`` (default True) and ``ignore_index`` (default -100).
+    ``return_entropy`` (default True), ``ignore_index`` (default -100) and
+    ``strict_labels`` (default None: see ops/label_check.py).
     """
     params = LogprobParams.from_context(context)
     _require_labels(labels, "fused_logprob",
@@ -138,11 +139,10 @@ def fused_ce_loss(
     """Per-token cross-entropy [b, s] fp32 (times ``loss_mask`` when given), for SFT.
 
     The same as the default path's loss at temperature 1; context may set ``temperature``
-    and ``ignore_index``. Entropy is not computed.
+    ``ignore_index`` and ``strict_labels``. Entropy is not computed.
     """
     base = LogprobParams.from_context(context)
-    params = LogprobParams(temperature=base.temperature, return_entropy=False,
-                           ignore_index=base.ignore_index)
+    params = dataclasses.replace(base, return_entropy=False)
     _require_labels(labels, "fused_ce_loss", "or use output_processor='logits' for logits")
     log_probs, _ = _run_fused(hidden_states, output_layer, output_weight, labels,
                               scale_logits, params)
