@@ -9,6 +9,7 @@ gradient at TP=2 (shards gathered) against TP=1, as max abs differences. With
 
     python tools/tp_check.py --device cpu                 # gloo, fp32, tiny model
     python tools/tp_check.py --device cuda --out DIR      # NCCL, bf16, one process per GPU
+    python tools/tp_check.py --device cuda --no-op-timing # the model comparison only
 
 On CUDA keep NVLink multicast off (NCCL_NVLS_ENABLE=0), as the device notes ask.
 """
@@ -29,43 +30,26 @@ import torch.multiprocessing as mp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.support import gpt_cpu  # noqa: E402
+from tools import gpt_setup  # noqa: E402
 
 TEMPERATURE = 0.7
 
 
-def model_config(tp: int, sp: bool, tied: bool, device: str) -> gpt_cpu.ModelConfig:
+def model_config(tp: int, sp: bool, tied: bool, device: str) -> gpt_setup.ModelConfig:
     if device == "cpu":
-        return gpt_cpu.ModelConfig(tp=tp, sp=sp, tied=tied)
-    return gpt_cpu.ModelConfig(tp=tp, sp=sp, tied=tied, vocab=32000, hidden=1024, layers=2,
+        return gpt_setup.ModelConfig(tp=tp, sp=sp, tied=tied)
+    return gpt_setup.ModelConfig(tp=tp, sp=sp, tied=tied, vocab=32000, hidden=1024, layers=2,
                                heads=8, seq=1024, batch=4, dtype=torch.bfloat16)
 
 
-def full_grads(model) -> dict[str, torch.Tensor]:
-    """Every parameter's gradient, TP shards gathered along their partition dim."""
-    from megatron.core import parallel_state
-
-    group = parallel_state.get_tensor_model_parallel_group()
-    world = dist.get_world_size(group)
-    out = {}
-    for name, param in model.named_parameters():
-        grad = param.grad.detach().float()
-        if world > 1 and getattr(param, "tensor_model_parallel", False):
-            parts = [torch.empty_like(grad) for _ in range(world)]
-            dist.all_gather(parts, grad.contiguous(), group=group)
-            grad = torch.cat(parts, dim=param.partition_dim)
-        out[name] = grad.cpu()
-    return out
-
-
 def run_model(rank: int, world: int, port: int, device: str, out: str) -> None:
-    gpt_cpu.init_distributed(rank, world, port, world, device=device)
+    gpt_setup.init_distributed(rank, world, port, world, device=device)
     results = {}
     for sp in ([False, True] if world > 1 else [False]):
         for tied in (True, False):
             cfg = model_config(world, sp, tied, device)
-            model = gpt_cpu.build_model(cfg).to(device)
-            input_ids, position_ids, mask, labels, _ = (t.to(device) for t in gpt_cpu.batch(cfg))
+            model = gpt_setup.build_model(cfg, device=device)
+            input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg, device=device)
             gen = torch.Generator().manual_seed(7)
             c1 = torch.randn(cfg.batch, cfg.seq, generator=gen).to(device)
             c2 = torch.randn(cfg.batch, cfg.seq, generator=gen).to(device)
@@ -73,13 +57,13 @@ def run_model(rank: int, world: int, port: int, device: str, out: str) -> None:
                         output_processor="fused_logprob",
                         output_processor_context={"temperature": TEMPERATURE})
             ((res.log_probs * c1).sum() + (res.entropy * c2).sum()).backward()
-            gpt_cpu.finalize_grads(model)
+            gpt_setup.finalize_grads(model)
             results[f"sp{int(sp)}-{'tied' if tied else 'untied'}"] = {
                 "log_probs": res.log_probs.detach().cpu(), "entropy": res.entropy.detach().cpu(),
-                "grads": full_grads(model)}
+                "grads": gpt_setup.gathered_grads(model)}
     if rank == 0:
         torch.save(results, os.path.join(out, f"model-tp{world}.pt"))
-    gpt_cpu.shutdown()
+    gpt_setup.shutdown()
 
 
 def time_op(rank: int, world: int, port: int, out: str, shape=(16384, 3584, 152064)) -> None:
@@ -153,6 +137,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--out", type=Path, default=Path("out/tp_check"))
+    parser.add_argument("--no-op-timing", action="store_true",
+                        help="--device cuda: skip the fused op's timing (it does not depend "
+                             "on the core, so one run per machine is enough)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -160,12 +147,17 @@ def main() -> None:
     if args.device == "cuda" and gpus < 2:
         raise SystemExit(f"--device cuda needs 2 GPUs, found {gpus}")
     for world in (1, 2):
-        mp.spawn(run_model, args=(world, gpt_cpu.free_port(), args.device, str(args.out)),
+        mp.spawn(run_model, args=(world, gpt_setup.free_port(), args.device, str(args.out)),
                  nprocs=world, join=True)
-    report = {"device": args.device, "model": compare(args.out)}
+    from importlib.metadata import version
+
+    report = {"device": args.device, "megatron_core": version("megatron-core"),
+              "torch": torch.__version__, "model": compare(args.out)}
     if args.device == "cuda":
+        report["gpu"] = torch.cuda.get_device_name(0)
+    if args.device == "cuda" and not args.no_op_timing:
         for world in (1, 2):
-            mp.spawn(time_op, args=(world, gpt_cpu.free_port(), str(args.out)), nprocs=world,
+            mp.spawn(time_op, args=(world, gpt_setup.free_port(), str(args.out)), nprocs=world,
                      join=True)
         op1, op2 = (torch.load(args.out / f"op-tp{w}.pt", weights_only=False) for w in (1, 2))
         report["op"] = {"tp1": op1["row"], "tp2": op2["row"],

@@ -3,11 +3,12 @@
 Nothing here knows about megatron.
 """
 
+from .label_check import check_labels
 from .linear_logprob import LinearLogprobEntropy, linear_logprob_entropy, pick_impl
 from .linear_logprobs_at import LinearLogprobsAt, linear_logprobs_at
 from .linear_topk import LinearTopkLogprobs, TopkLogprobs, linear_topk_logprobs
 from .params import LogprobParams
 
 __all__ = ["LinearLogprobEntropy", "LinearLogprobsAt", "LinearTopkLogprobs", "LogprobParams",
-           "TopkLogprobs", "linear_logprob_entropy", "linear_logprobs_at",
+           "TopkLogprobs", "check_labels", "linear_logprob_entropy", "linear_logprobs_at",
            "linear_topk_logprobs", "pick_impl"]

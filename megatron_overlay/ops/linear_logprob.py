@@ -14,7 +14,7 @@ from types import ModuleType
 import torch
 import torch.distributed as dist
 
-from . import torch_chunked
+from . import batch_invariance, label_check, torch_chunked
 from .params import LogprobParams
 from .temperature import inverse_temperature
 
@@ -53,11 +53,16 @@ def merge_stats(stats: torch.Tensor, tp_group) -> torch.Tensor:
     gathered = flat.view(world, *stats.shape)
     shard_max, sum_exp, sum_exp_shifted, z_label = gathered.unbind(2)  # each [world, N]
     row_max = shard_max.max(dim=0).values
-    weights = torch.exp(shard_max - row_max)
+    weights = batch_invariance.per_element(torch.exp, shard_max - row_max)
     # each shard's t is relative to its own max: move it to the global one
     moved = sum_exp_shifted + sum_exp * (shard_max - row_max)
-    return torch.stack([row_max, (sum_exp * weights).sum(0), (moved * weights).sum(0),
-                        z_label.sum(0)], dim=1)
+    # sums in rank order (a reduction kernel's order may depend on N: batch invariance)
+    terms = (sum_exp * weights, moved * weights, z_label)
+    totals = [t[0].clone() for t in terms]
+    for rank in range(1, world):
+        for total, t in zip(totals, terms):
+            total.add_(t[rank])
+    return torch.stack([row_max, *totals], dim=1)
 
 
 def _local_labels(labels: torch.Tensor, vocab_start: int, local_vocab: int,
@@ -73,6 +78,14 @@ class LinearLogprobEntropy(torch.autograd.Function):
     def forward(ctx, hidden, weight, labels, params: LogprobParams, tp_group):
         impl = pick_impl(hidden.device)
         tp = tp_group is not None and dist.get_world_size(tp_group) > 1
+        world = dist.get_world_size(tp_group) if tp else 1
+        if hidden.is_cuda:
+            label_check.poll()  # earlier calls' label checks that have finished (no wait)
+        # Out-of-range labels (ValueError on CPU and in strict mode, before this) give NaN
+        # log-probs and gradients; on CUDA the host raises later (ops/label_check.py).
+        bad = label_check.bad_labels(labels, weight.shape[0] * world, params.ignore_index)
+        if hidden.is_cuda:
+            label_check.defer(bad, labels, weight.shape[0] * world, params.ignore_index)
         vocab_start = dist.get_rank(tp_group) * weight.shape[0] if tp else 0
         local_labels = _local_labels(labels, vocab_start, weight.shape[0], params.ignore_index)
         inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
@@ -80,10 +93,11 @@ class LinearLogprobEntropy(torch.autograd.Function):
         if tp:
             stats = merge_stats(stats, tp_group)
         row_max, sum_exp, sum_exp_shifted, z_label = stats.unbind(1)
-        log_sum_exp = torch.log(sum_exp)
+        log_sum_exp = batch_invariance.per_element(torch.log, sum_exp)
         lse = row_max + log_sum_exp
         valid = labels != params.ignore_index
         log_probs = torch.where(valid, z_label - lse, torch.zeros_like(lse))
+        log_probs = torch.where(bad, torch.full_like(lse, float("nan")), log_probs)
         mean_z = None
         entropy = None
         if params.return_entropy:
@@ -94,23 +108,27 @@ class LinearLogprobEntropy(torch.autograd.Function):
         ctx.params, ctx.tp_group, ctx.tp, ctx.impl = params, tp_group, tp, impl
         ctx.inv_t = inv_t  # a float, or an fp32 [N] tensor (not an autograd input)
         if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive
-            ctx.save_for_backward(hidden, weight, local_labels, lse, mean_z, valid)
+            ctx.save_for_backward(hidden, weight, local_labels, lse, mean_z, valid, bad)
         return log_probs, entropy
 
     @staticmethod
     def backward(ctx, grad_log_probs, grad_entropy):
-        hidden, weight, local_labels, lse, mean_z, valid = ctx.saved_tensors
+        hidden, weight, local_labels, lse, mean_z, valid, bad = ctx.saved_tensors
+        if hidden.is_cuda:
+            label_check.poll()
         zero = torch.zeros_like(lse)
         g_lp = torch.where(valid, grad_log_probs.float(), zero) if grad_log_probs is not None \
             else zero
+        g_lp = torch.where(bad, torch.full_like(lse, float("nan")), g_lp)
         g_h = None
         if ctx.params.return_entropy and grad_entropy is not None:
             g_h = torch.where(valid, grad_entropy.float(), zero)
-        # d_weight: fp32 accumulation, one rounding to the weight's dtype (inside the impl,
-        # which saves an fp32 [V, H] buffer and its cast on GPU)
+        # d_weight (and d_hidden without TP): fp32 accumulation, rounded to the inputs'
+        # dtype inside the impl, which saves an fp32 copy and its cast on GPU. Under TP
+        # d_hidden stays fp32 for the all-reduce.
         d_hidden, d_weight = ctx.impl.backward(
             hidden, weight, local_labels, ctx.inv_t, lse, mean_z, g_lp, g_h,
-            d_weight_dtype=weight.dtype)
+            d_weight_dtype=weight.dtype, d_hidden_dtype=None if ctx.tp else hidden.dtype)
         if ctx.tp:  # each shard holds part of d_hidden: complete it on every rank
             dist.all_reduce(d_hidden, group=ctx.tp_group)
         d_hidden = d_hidden.to(hidden.dtype) if ctx.needs_input_grad[0] else None
@@ -120,16 +138,22 @@ class LinearLogprobEntropy(torch.autograd.Function):
 
 def linear_logprob_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                            *, temperature=1.0, return_entropy: bool = True,
-                           ignore_index: int = -100, tp_group=None):
+                           ignore_index: int = -100, tp_group=None,
+                           strict_labels: bool | None = None):
     """Per-token log-prob of ``labels`` and entropy under ``softmax(hidden @ weight.T / T)``.
 
     hidden [N, H], weight [V_local, H] (this rank's vocab shard when ``tp_group`` is given;
     shards in rank order), labels [N] global ids (``ignore_index`` allowed). Returns
     ``(log_probs [N] fp32, entropy [N] fp32 or None)``; ignored tokens get 0 and no
     gradient. The gradient w.r.t. ``hidden`` is complete on every rank.
+
+    Labels outside ``[0, V)`` raise ``ValueError``: at once on CPU or with
+    ``strict_labels=True`` (or ``MEGATRON_OVERLAY_STRICT_LABELS=1``); on CUDA otherwise
+    without a host sync, at a later point that ops/label_check.py documents (their
+    log-probs are NaN meanwhile).
     """
     params = LogprobParams(temperature=temperature, return_entropy=return_entropy,
-                           ignore_index=ignore_index)
+                           ignore_index=ignore_index, strict_labels=strict_labels)
     world = dist.get_world_size(tp_group) if tp_group is not None else 1
     validate_inputs(hidden, weight, labels, params, vocab_size=weight.shape[0] * world)
     return LinearLogprobEntropy.apply(hidden, weight, labels, params, tp_group)
@@ -150,16 +174,10 @@ def validate_inputs(hidden, weight, labels, params: LogprobParams, vocab_size: i
     if labels.device != hidden.device or weight.device != hidden.device:
         raise ValueError(f"hidden ({hidden.device}), weight ({weight.device}) and labels "
                          f"({labels.device}) must be on one device")
-    if labels.numel():
-        # One reduction and one device->host copy (a single sync on CUDA): ignored labels
-        # are mapped to 0, which is always in range.
-        kept = torch.where(labels == params.ignore_index, torch.zeros_like(labels), labels)
-        low, high = (int(x) for x in torch.stack(torch.aminmax(kept)).tolist())
-        if low < 0 or high >= vocab_size:
-            raise ValueError(
-                f"labels out of range: ids must lie in [0, {vocab_size}) or equal "
-                f"ignore_index={params.ignore_index}; got min {low}, max {high}. "
-                f"Mask padding with ignore_index")
+    # The label range: here on CPU and in strict mode (one sync on CUDA); otherwise on the
+    # device, inside the op, raised later without a sync (ops/label_check.py).
+    if not labels.is_cuda or label_check.strict_mode(params.strict_labels):
+        label_check.check_eagerly(labels, vocab_size, params.ignore_index)
 
 
 def validate_matrices(hidden, weight) -> None:

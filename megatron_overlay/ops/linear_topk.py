@@ -20,7 +20,7 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-from . import torch_chunked, torch_topk
+from . import label_check, torch_chunked, torch_topk
 from .linear_logprob import _local_labels, merge_stats, pick_impl, validate_inputs, \
     validate_matrices
 from .linear_logprobs_at import backward_at_ids, entropy_from_stats, shard_ids, vocab_start_of
@@ -70,7 +70,16 @@ class LinearTopkLogprobs(torch.autograd.Function):
         topk_impl, impl = pick_topk_impl(hidden.device)
         tp, vocab_start = vocab_start_of(weight, tp_group)
         n = hidden.shape[0]
+        bad = None
         if labels is not None:
+            # as linear_logprob_entropy: out-of-range labels give NaN log-probs; on CUDA
+            # the host raises later, without a sync (ops/label_check.py)
+            vocab = weight.shape[0] * (dist.get_world_size(tp_group) if tp else 1)
+            if hidden.is_cuda:
+                label_check.poll()
+            bad = label_check.bad_labels(labels, vocab, params.ignore_index)
+            if hidden.is_cuda:
+                label_check.defer(bad, labels, vocab, params.ignore_index)
             local_labels = _local_labels(labels, vocab_start, weight.shape[0],
                                          params.ignore_index)
         else:
@@ -89,6 +98,7 @@ class LinearTopkLogprobs(torch.autograd.Function):
         if labels is not None:
             zero = torch.zeros_like(lse)
             log_probs = torch.where(valid, stats[:, 3] - lse, zero)
+            log_probs = torch.where(bad, torch.full_like(lse, float("nan")), log_probs)
             entropy = torch.where(valid, entropy, zero)
         if not params.return_entropy:
             entropy = mean_z = None
@@ -99,18 +109,21 @@ class LinearTopkLogprobs(torch.autograd.Function):
             # the chosen ids and the label: the ids whose log-probs carry gradients
             local_ids = torch.cat([shard_ids(ids, vocab_start, weight.shape[0]),
                                    local_labels[:, None]], dim=1)
-            ctx.save_for_backward(hidden, weight, local_ids, lse, mean_z, valid)
+            ctx.save_for_backward(hidden, weight, local_ids, lse, mean_z, valid, bad)
         return ids, topk_log_probs, log_probs, entropy
 
     @staticmethod
     def backward(ctx, _grad_ids, grad_topk, grad_log_probs, grad_entropy):
-        hidden, weight, local_ids, lse, mean_z, valid = ctx.saved_tensors
+        hidden, weight, local_ids, lse, mean_z, valid, bad = ctx.saved_tensors
+        if hidden.is_cuda:
+            label_check.poll()
         n, k = hidden.shape[0], local_ids.shape[1] - 1
         grads = torch.zeros(n, k + 1, dtype=torch.float32, device=hidden.device)
         if grad_topk is not None:
             grads[:, :k] = grad_topk.float()
         if grad_log_probs is not None and ctx.has_labels:
             grads[:, k] = torch.where(valid, grad_log_probs.float(), 0.0)
+            grads[:, k] = torch.where(bad, float("nan"), grads[:, k])
         g_ent = None
         if grad_entropy is not None and mean_z is not None:
             g_ent = grad_entropy.float()
@@ -133,17 +146,20 @@ def validate_k(k, vocab_size: int) -> None:
 
 def linear_topk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, k: int, *,
                          temperature=1.0, tp_group=None, labels: torch.Tensor | None = None,
-                         return_entropy: bool = False, ignore_index: int = -100) -> TopkLogprobs:
+                         return_entropy: bool = False, ignore_index: int = -100,
+                         strict_labels: bool | None = None) -> TopkLogprobs:
     """The ``k`` most likely ids under ``softmax(hidden @ weight.T / T)`` and their log-probs.
 
     hidden [N, H], weight [V_local, H] (this rank's vocab shard when ``tp_group`` is given;
     shards in rank order). ``temperature``: a float, a 0-d tensor or an [N] tensor (finite,
     > 0). ``labels`` [N] (optional, ``ignore_index`` allowed) adds ``log_probs`` at them;
-    ``return_entropy`` adds the entropy (0 at ignored labels). Returns a TopkLogprobs; all
+    ``return_entropy`` adds the entropy (0 at ignored labels); out-of-range labels raise
+    ValueError as in ``linear_logprob_entropy`` (on CUDA later, without a sync). Returns a
+    TopkLogprobs; all
     log-probs are differentiable w.r.t. hidden and weight, d_hidden complete on every rank.
     """
     params = LogprobParams(temperature=temperature, return_entropy=return_entropy,
-                           ignore_index=ignore_index)
+                           ignore_index=ignore_index, strict_labels=strict_labels)
     world = dist.get_world_size(tp_group) if tp_group is not None else 1
     vocab = weight.shape[0] * world if isinstance(weight, torch.Tensor) and weight.dim() == 2 \
         else 0

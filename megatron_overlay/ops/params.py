@@ -16,6 +16,9 @@ class LogprobParams:
     temperature: "float | torch.Tensor" = 1.0
     return_entropy: bool = True
     ignore_index: int = DEFAULT_IGNORE_INDEX
+    # None: $MEGATRON_OVERLAY_STRICT_LABELS decides (ops/label_check.py); True: check the
+    # label range on the host before any work (one device sync per call on CUDA)
+    strict_labels: bool | None = None
 
     def __post_init__(self):
         validate_temperature(self.temperature)
@@ -24,6 +27,9 @@ class LogprobParams:
         if isinstance(self.ignore_index, bool) or not isinstance(self.ignore_index, int):
             raise TypeError(f"ignore_index must be an int (default {DEFAULT_IGNORE_INDEX}), "
                             f"got {type(self.ignore_index).__name__}")
+        if self.strict_labels is not None and not isinstance(self.strict_labels, bool):
+            raise TypeError(f"strict_labels must be a bool or None, got "
+                            f"{type(self.strict_labels).__name__}")
 
     @property
     def inv_temperature(self) -> float:
@@ -39,7 +45,7 @@ class LogprobParams:
         """From the hook's ``context``: None, a mapping, or an object with attributes."""
         if context is None:
             return cls()
-        names = ("temperature", "return_entropy", "ignore_index")
+        names = ("temperature", "return_entropy", "ignore_index", "strict_labels")
         if isinstance(context, Mapping):
             values = {n: context[n] for n in names if n in context}
         else:

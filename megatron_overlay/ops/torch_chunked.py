@@ -14,9 +14,9 @@ Stage contract, shared with the Triton kernels (ops/kernels/):
       t is taken relative to the max so that entropy = log s - t / s has no cancellation
       between two large numbers (lse and E[z]) at low temperatures
   backward(hidden, weight, local_labels, inv_temperature, lse [N], mean_z [N] or None,
-      grad_logprob [N], grad_entropy [N] or None, *, d_weight_dtype=None) -> (d_hidden
-      [N,H] fp32 partial over this shard, d_weight [V,H] accumulated in fp32 and rounded
-      once to d_weight_dtype, default fp32)
+      grad_logprob [N], grad_entropy [N] or None, *, d_weight_dtype=None,
+      d_hidden_dtype=None) -> (d_hidden [N,H] partial over this shard, d_weight [V,H]),
+      each accumulated in fp32 and rounded once to its dtype argument, default fp32.
       Optional ``sparse_ids`` [N, K] (indices into this shard, or -1) with ``sparse_grads``
       [N, K] fp32: adds sum_i sparse_grads[n, i] 1[j = sparse_ids[n, i]] to d(loss)/dz, the
       indicator terms of log-probs at several ids per token (repeats add up); used by
@@ -26,6 +26,8 @@ Stage contract, shared with the Triton kernels (ops/kernels/):
 from __future__ import annotations
 
 import torch
+
+from . import batch_invariance
 
 
 def row_slice(inv_temperature, rows: slice):
@@ -47,11 +49,21 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
     stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=hidden.device)
     stats[:, 0] = float("-inf")
+    # Batch invariance (ops/batch_invariance.py): every tile has exactly token_chunk rows
+    pad = batch_invariance.enabled()
     for n0 in range(0, n_tokens, token_chunk):
         h = hidden[n0:n0 + token_chunk].float()
         labels = local_labels[n0:n0 + token_chunk]
         inv_t = row_slice(inv_temperature, slice(n0, n0 + token_chunk))
-        row_max, sum_exp, sum_exp_z, z_label = stats[n0:n0 + token_chunk].unbind(1)
+        rows = h.shape[0]
+        if pad and rows < token_chunk:
+            h = torch.cat([h, h.new_zeros(token_chunk - rows, h.shape[1])])
+            labels = torch.cat([labels, labels.new_full((token_chunk - rows,), -1)])
+            if isinstance(inv_t, torch.Tensor):
+                inv_t = torch.cat([inv_t, inv_t.new_ones(token_chunk - rows, 1)])
+        tile_stats = stats[n0:n0 + rows] if h.shape[0] == rows else \
+            torch.cat([stats[n0:n0 + rows], stats.new_zeros(token_chunk - rows, 4)])
+        row_max, sum_exp, sum_exp_z, z_label = tile_stats.unbind(1)
         for v0 in range(0, vocab, vocab_chunk):
             z = h @ weight[v0:v0 + vocab_chunk].float().T
             z.mul_(inv_t)
@@ -70,6 +82,8 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
                 sum_exp_z.add_(moved).mul_(rescale).add_(tile_t)
             sum_exp.mul_(rescale).add_(e.sum(dim=1))
             row_max.copy_(new_max)
+        if tile_stats.shape[0] != rows:
+            stats[n0:n0 + rows] = tile_stats[:rows]
     return stats
 
 
@@ -77,6 +91,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
              inv_temperature, lse: torch.Tensor, mean_z: torch.Tensor | None,
              grad_logprob: torch.Tensor, grad_entropy: torch.Tensor | None, *,
              d_weight_dtype: torch.dtype | None = None,
+             d_hidden_dtype: torch.dtype | None = None,
              sparse_ids: torch.Tensor | None = None, sparse_grads: torch.Tensor | None = None,
              token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK):
     """d/dz log p[y] = 1[j=y] - p_j;  d/dz H = -p_j (z_j - E_p[z]);  dz/d(logit) = 1/T."""
@@ -96,8 +111,8 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             if grad_entropy is not None:
                 grad_z -= grad_entropy[sl, None] * p * (z - mean_z[sl, None])
             in_tile = (labels >= v0) & (labels < v0 + z.shape[1])
-            rows = in_tile.nonzero().squeeze(1)
-            grad_z[rows, labels[rows] - v0] += g_lp[rows]
+            cols = (labels - v0).clamp(0, z.shape[1] - 1)[:, None]  # no nonzero(): no sync
+            grad_z.scatter_add_(1, cols, torch.where(in_tile, g_lp, 0.0)[:, None])
             if sparse_ids is not None:
                 ids = sparse_ids[sl]
                 here = (ids >= v0) & (ids < v0 + z.shape[1])
@@ -106,4 +121,5 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             grad_z *= inv_t
             d_hidden[sl] += grad_z @ w
             d_weight[v0:v0 + vocab_chunk] += grad_z.T @ h
-    return d_hidden, d_weight.to(d_weight_dtype or torch.float32)
+    return (d_hidden.to(d_hidden_dtype or torch.float32),
+            d_weight.to(d_weight_dtype or torch.float32))

@@ -61,14 +61,15 @@ def _tp_group(output_layer):
     return parallel_state.get_tensor_model_parallel_group()
 
 
-def _logit_scale(scale_logits, like: torch.Tensor) -> float:
+def _logit_scale(scale_logits) -> float:
     """The factor ``scale_logits`` multiplies logits by (MuP's output multiplier, or 1).
 
     0.18 scales the materialized logits; the fused op folds the same factor into the
-    temperature instead. Probed on a tiny tensor; anything but a plain multiplication
-    is refused rather than silently ignored.
+    temperature instead. Probed on a tiny CPU tensor (on the GPU, reading the factor back
+    would be a host sync, and creating the probe would break CUDA-graph capture);
+    anything but a plain multiplication is refused rather than silently ignored.
     """
-    probe = torch.tensor([1.0, 2.0], dtype=torch.float32, device=like.device)
+    probe = torch.tensor([1.0, 2.0], dtype=torch.float32)
     scaled = scale_logits(probe)
     factor = float(scaled[0])
     if not torch.allclose(scaled, probe * factor):
@@ -114,7 +115,7 @@ def flatten_inputs(hidden_states, output_layer, output_weight, scale_logits,
         raise TypeError(f"hidden states ({hidden_states.dtype}) and output weight "
                         f"({weight.dtype}) dtypes differ")
     temperature = rows_from_batch_seq(temperature, batch, seq)
-    factor = _logit_scale(scale_logits, hidden_states)
+    factor = _logit_scale(scale_logits)
     if factor != 1.0:
         temperature = temperature / factor
     flat_hidden = hidden_states.reshape(seq * batch, hidden_states.shape[-1])  # s-major view
@@ -154,7 +155,8 @@ def fused_logprob(
 
     context: None, a mapping or an object with ``temperature`` (default 1.0; a float, or a
     [b] / [b, s] tensor of per-sample / per-token temperatures), ``return_entropy``
-    (default True) and ``ignore_index`` (default -100).
+    (default True), ``ignore_index`` (default -100) and ``strict_labels`` (default None:
+    see ops/label_check.py).
     """
     params = LogprobParams.from_context(context)
     _require_labels(labels, "fused_logprob",
@@ -173,11 +175,10 @@ def fused_ce_loss(
     """Per-token cross-entropy [b, s] fp32 (times ``loss_mask`` when given), for SFT.
 
     The same as the default path's loss at temperature 1; context may set ``temperature``
-    and ``ignore_index``. Entropy is not computed.
+    ``ignore_index`` and ``strict_labels``. Entropy is not computed.
     """
     base = LogprobParams.from_context(context)
-    params = LogprobParams(temperature=base.temperature, return_entropy=False,
-                           ignore_index=base.ignore_index)
+    params = replace(base, return_entropy=False)
     _require_labels(labels, "fused_ce_loss", "or use output_processor='logits' for logits")
     log_probs, _ = _run_fused(hidden_states, output_layer, output_weight, labels,
                               scale_logits, params)

@@ -14,7 +14,7 @@ megatron-core 0.18's hook signature: pass the function itself on an upstream 0.1
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import torch
@@ -25,7 +25,7 @@ from ..ops.params import DEFAULT_IGNORE_INDEX, LogprobParams
 from .fused_logprob import FieldAccess, flatten_inputs
 from .registry import register
 
-CONTEXT_KEYS = ("k", "temperature", "return_entropy", "ignore_index")
+CONTEXT_KEYS = ("k", "temperature", "return_entropy", "ignore_index", "strict_labels")
 
 
 def read_context(context: Any) -> dict:
@@ -69,18 +69,18 @@ def fused_topk_logprobs(
 
     context: ``k`` (int, required, 1 <= k <= 256 and <= vocab), ``temperature`` (default
     1.0; float, or [b] / [b, s] tensor), ``return_entropy`` (default True, with labels),
-    ``ignore_index`` (default -100).
+    ``ignore_index`` (default -100), ``strict_labels`` (default None: ops/label_check.py).
     """
     options = read_context(context)
     k = options["k"]
     params = LogprobParams(temperature=options.get("temperature", 1.0),
                            return_entropy=options.get("return_entropy", True),
-                           ignore_index=options.get("ignore_index", DEFAULT_IGNORE_INDEX))
+                           ignore_index=options.get("ignore_index", DEFAULT_IGNORE_INDEX),
+                           strict_labels=options.get("strict_labels"))
     flat = flatten_inputs(hidden_states, output_layer, output_weight, scale_logits,
                           params.temperature)
-    params = LogprobParams(temperature=flat.temperature,
-                           return_entropy=params.return_entropy and labels is not None,
-                           ignore_index=params.ignore_index)
+    params = replace(params, temperature=flat.temperature,
+                     return_entropy=params.return_entropy and labels is not None)
     flat_labels = None
     if labels is not None:
         if labels.shape != (flat.batch, flat.seq):

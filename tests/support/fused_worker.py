@@ -23,6 +23,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tests.support import gpt_cpu  # noqa: E402
+from tools import gpt_setup  # noqa: E402
 
 TEMPERATURE = 0.7
 
@@ -41,14 +42,14 @@ def reference_logprob(*, hidden_states, output_layer, output_weight, labels, con
 
 
 def step(model, cfg, processor, context, coeffs):
-    input_ids, position_ids, mask, labels, _ = gpt_cpu.batch(cfg)
+    input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
     out = model(input_ids, position_ids, mask, labels=labels, output_processor=processor,
                 output_processor_context=context)
     loss = (out["log_probs"] * coeffs[0]).sum() + (out["entropy"] * coeffs[1]).sum()
     loss.backward()
-    gpt_cpu.finalize_grads(model)
+    gpt_setup.finalize_grads(model)
     result = {"log_probs": out["log_probs"].detach().clone(),
-              "entropy": out["entropy"].detach().clone(), "grads": gpt_cpu.grads(model)}
+              "entropy": out["entropy"].detach().clone(), "grads": gpt_setup.grads(model)}
     model.zero_grad(set_to_none=True)
     return result
 
@@ -96,8 +97,8 @@ def packed_case(model, cfg) -> dict:
     return out
 
 
-def run_config(cfg: gpt_cpu.ModelConfig, results: dict, by_callable: bool = False) -> None:
-    model = gpt_cpu.build_model(cfg)
+def run_config(cfg: gpt_setup.ModelConfig, results: dict, by_callable: bool = False) -> None:
+    model = gpt_setup.build_model(cfg)
     gen = torch.Generator().manual_seed(7)
     coeffs = (torch.randn(cfg.batch, cfg.seq, generator=gen),
               torch.randn(cfg.batch, cfg.seq, generator=gen))
@@ -106,7 +107,7 @@ def run_config(cfg: gpt_cpu.ModelConfig, results: dict, by_callable: bool = Fals
                                         context, coeffs)
     results[f"{cfg.name}/reference"] = step(model, cfg, reference_logprob, context, coeffs)
 
-    input_ids, position_ids, mask, labels, loss_mask = gpt_cpu.batch(cfg)
+    input_ids, position_ids, mask, labels, loss_mask = gpt_setup.batch(cfg)
     loss_mask[:, :3] = 0
     with torch.no_grad():
         default_loss = model(input_ids, position_ids, mask, labels=labels)
@@ -124,9 +125,9 @@ def run_config(cfg: gpt_cpu.ModelConfig, results: dict, by_callable: bool = Fals
         if cfg.mup else None
 
 
-def collect_errors(cfg: gpt_cpu.ModelConfig) -> dict:
-    model = gpt_cpu.build_model(cfg)
-    input_ids, position_ids, mask, labels, _ = gpt_cpu.batch(cfg)
+def collect_errors(cfg: gpt_setup.ModelConfig) -> dict:
+    model = gpt_setup.build_model(cfg)
+    input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
     cases = {
         "no_labels": dict(labels=None, ctx={"temperature": 1.0}),
         "zero_temperature": dict(labels=labels, ctx={"temperature": 0.0}),
@@ -151,14 +152,14 @@ def collect_errors(cfg: gpt_cpu.ModelConfig) -> dict:
 
 
 def worker(rank: int, world: int, port: int, out: str, by_callable: bool) -> None:
-    gpt_cpu.init_distributed(rank, world, port, world)
+    gpt_setup.init_distributed(rank, world, port, world)
     results: dict = {}
     for cfg in gpt_cpu.configs(world):
         run_config(cfg, results, by_callable)
     if not by_callable:
-        results["errors"] = collect_errors(gpt_cpu.ModelConfig(tp=world))
+        results["errors"] = collect_errors(gpt_setup.ModelConfig(tp=world))
     torch.save(results, os.path.join(out, f"rank{rank}.pt"))
-    gpt_cpu.shutdown()
+    gpt_setup.shutdown()
 
 
 def main() -> None:
@@ -167,7 +168,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--mode", choices=["by-name", "callable"], default="by-name")
     args = parser.parse_args()
-    mp.spawn(worker, args=(args.tp, gpt_cpu.free_port(), args.out, args.mode == "callable"),
+    mp.spawn(worker, args=(args.tp, gpt_setup.free_port(), args.out, args.mode == "callable"),
              nprocs=args.tp, join=True)
 
 

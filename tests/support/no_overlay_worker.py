@@ -28,7 +28,7 @@ class NotInstalled:
 
 sys.meta_path.insert(0, NotInstalled)
 
-from tests.support import gpt_cpu  # noqa: E402
+from tools import gpt_setup  # noqa: E402
 
 
 def identity_processor(*, hidden_states, **_):
@@ -36,10 +36,10 @@ def identity_processor(*, hidden_states, **_):
 
 
 def main() -> None:
-    gpt_cpu.init_distributed(0, 1, gpt_cpu.free_port(), tp=1)
-    cfg = gpt_cpu.ModelConfig()
-    model = gpt_cpu.build_model(cfg)
-    input_ids, position_ids, mask, labels, _ = gpt_cpu.batch(cfg)
+    gpt_setup.init_distributed(0, 1, gpt_setup.free_port(), tp=1)
+    cfg = gpt_setup.ModelConfig()
+    model = gpt_setup.build_model(cfg)
+    input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
     out = model(input_ids, position_ids, mask, labels=labels,
                 output_processor=identity_processor)
     assert out.shape == (cfg.seq, cfg.batch, cfg.hidden), out.shape
@@ -50,7 +50,7 @@ def main() -> None:
         assert err.name == "megatron_overlay"
     else:
         raise AssertionError("a processor name ran without megatron-overlay installed")
-    gpt_cpu.shutdown()
+    gpt_setup.shutdown()
     print("OK")
 
 

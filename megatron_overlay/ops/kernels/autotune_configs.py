@@ -17,10 +17,22 @@ import torch
 # extra memory O(N) (the target: <= 64 MiB at N = 32768).
 PARTIAL_STATS_BUDGET_BYTES = 32 << 20
 
-# The backward materializes d(logits) for one vocab chunk at a time, [N, V_chunk] in the
-# input dtype, for cuBLAS's two gradient GEMMs. 2 GiB: 1-2 chunks at N = 8192, V = 152k
-# (bf16); each extra chunk costs one read+write of the fp32 d_hidden ([N, H], small).
-GRAD_CHUNK_BUDGET_BYTES = 2 << 30
+# Batch invariance (ops/batch_invariance.py): the forward's vocab splits are chosen as if
+# there were this many tokens, whatever N is; larger N is run in row blocks that keep the
+# partial statistics within PARTIAL_STATS_BUDGET_BYTES. At the three benchmark shapes this
+# gives the splits that N itself gives (33 of 18 tiles on an H200).
+INVARIANT_SPLIT_TOKENS = 16384
+
+# The backward materializes d(logits) for one block of tokens and one vocab chunk at a
+# time, [BACKWARD_BLOCK_TOKENS, V_chunk] in the input dtype, for cuBLAS's two gradient
+# GEMMs, next to the block's fp32 d_hidden accumulator [BACKWARD_BLOCK_TOKENS, H]. The two
+# together stay within BACKWARD_EXTRA_BUDGET_BYTES (the target: <= 512 MiB of
+# extra peak at the benchmark shapes; the rest of the margin is the op's small [N]
+# vectors and cuBLAS's workspace). Each extra vocab chunk costs one read+write of the
+# block's fp32 d_hidden; each extra token block one read+write of d_weight ([V, H]).
+BACKWARD_EXTRA_BUDGET_BYTES = 416 << 20
+BACKWARD_BLOCK_TOKENS = 8192
+BACKWARD_MIN_CHUNK_BYTES = 64 << 20   # the chunk's floor when H is large
 
 # Multiprocessors assumed under TRITON_INTERPRET=1 (there are none): small, so that the
 # interpreter tests exercise several vocab splits and their merge.

@@ -24,11 +24,13 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from .. import batch_invariance
 from . import autotune_configs
 from .autotune_configs import KernelConfig
 from .logprob_backward import grad_logits_kernel
 from .logprob_forward import forward_stats_kernel
 from .sparse_grad import add_sparse_grad_kernel
+from .merge_splits import merge_splits_kernel
 
 __all__ = ["forward_stats", "backward", "interpreting", "tma_supported"]
 
@@ -117,6 +119,26 @@ def choose_splits(num_m: int, num_v: int, n_rows: int, num_sms: int, group_m: in
     return best[1], best[2]
 
 
+def forward_splits(n_tokens: int, num_v: int, num_sms: int, cfg: KernelConfig):
+    """(splits, vocab tiles per split, tokens per launch).
+
+    Batch invariant (the default, ops/batch_invariance.py): the splits are chosen for a
+    fixed token count (autotune_configs.INVARIANT_SPLIT_TOKENS), so they depend on V and
+    the GPU only; the partial statistics' budget is kept by launching on row blocks
+    instead (rows never interact). Otherwise: chosen for N (one launch).
+    """
+    if not batch_invariance.enabled():
+        splits, per_split = choose_splits(triton.cdiv(n_tokens, cfg.block_m), num_v, n_tokens,
+                                          num_sms, cfg.group_m)
+        return splits, per_split, n_tokens
+    ref = autotune_configs.INVARIANT_SPLIT_TOKENS
+    splits, per_split = choose_splits(triton.cdiv(ref, cfg.block_m), num_v, ref, num_sms,
+                                      cfg.group_m)
+    rows = autotune_configs.PARTIAL_STATS_BUDGET_BYTES // (16 * splits)
+    rows = max(cfg.block_m, rows // cfg.block_m * cfg.block_m)
+    return splits, per_split, min(rows, n_tokens)
+
+
 def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
                   inv_temperature, with_entropy: bool, *,
                   config: KernelConfig | None = None, use_tma: bool | None = None) -> torch.Tensor:
@@ -132,47 +154,51 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
     tma = tma_supported(hidden, weight) if use_tma is None else use_tma
     cfg = config or autotune_configs.forward_config(hidden.dtype, tma, interpreting())
 
-    num_m = triton.cdiv(n_tokens, cfg.block_m)
     num_v = triton.cdiv(vocab, cfg.block_v)
-    splits, per_split = choose_splits(num_m, num_v, n_tokens, _sms(hidden.device), cfg.group_m)
-    part = stats if splits == 1 else torch.empty(splits, n_tokens, 4, dtype=torch.float32,
-                                                 device=hidden.device)
-    inv_t_ptr, inv_t = _inv_t_args(inv_temperature, stats)
-    forward_stats_kernel[(num_m * splits,)](
-        _source(hidden, [cfg.block_m, cfg.block_k], tma),
-        _source(weight, [cfg.block_v, cfg.block_k], tma),
-        labels, part, inv_t_ptr,
-        n_tokens, vocab, hidden_size, hidden.stride(0), weight.stride(0), inv_t,
-        splits, per_split, cfg.group_m,
-        BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
-        WITH_ENTROPY=bool(with_entropy), USE_TMA=tma, LOOP=cfg.loop,
-        WARP_SPEC=cfg.warp_specialize, DOT_PRECISION=_dot_precision(hidden.dtype),
-        UPCAST_DOT=_upcast_dot(hidden.dtype), ROW_INV_T=inv_t_ptr is not stats,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
-    if splits > 1:
-        _merge_splits(part, stats, bool(with_entropy))
+    splits, per_split, block_rows = forward_splits(n_tokens, num_v, _sms(hidden.device), cfg)
+    part = None if splits == 1 else torch.empty(splits, block_rows, 4, dtype=torch.float32,
+                                                device=hidden.device)
+    inv_t_rows, inv_t = _inv_t_args(inv_temperature)
+    for r0 in range(0, n_tokens, block_rows):
+        rows = min(block_rows, n_tokens - r0)
+        h = hidden[r0:r0 + rows]
+        # the kernel writes a contiguous [splits, rows, 4] block
+        out = stats[r0:r0 + rows] if part is None else \
+            part.view(-1)[:splits * rows * 4].view(splits, rows, 4)
+        forward_stats_kernel[(triton.cdiv(rows, cfg.block_m) * splits,)](
+            _source(h, [cfg.block_m, cfg.block_k], tma),
+            _source(weight, [cfg.block_v, cfg.block_k], tma),
+            labels[r0:r0 + rows], out,
+            stats if inv_t_rows is None else inv_t_rows[r0:r0 + rows],
+            rows, vocab, hidden_size, h.stride(0), weight.stride(0), inv_t,
+            splits, per_split, cfg.group_m,
+            BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
+            WITH_ENTROPY=bool(with_entropy), USE_TMA=tma, LOOP=cfg.loop,
+            WARP_SPEC=cfg.warp_specialize, DOT_PRECISION=_dot_precision(hidden.dtype),
+            UPCAST_DOT=_upcast_dot(hidden.dtype), ROW_INV_T=inv_t_rows is not None,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+        if part is not None:
+            _merge_splits(out, stats[r0:r0 + rows], bool(with_entropy))
     return stats
 
 
-def _inv_t_args(inv_temperature, placeholder: torch.Tensor):
-    """(pointer, scalar) kernel arguments: a per-row fp32 [N] tensor and 1.0, or the
-    placeholder pointer (never read) and the float."""
+def _inv_t_args(inv_temperature):
+    """(per-row fp32 [N] tensor or None, scalar kernel argument): the contract's
+    inv_temperature, a float or an [N] tensor (kernels: ``ROW_INV_T``)."""
     if isinstance(inv_temperature, torch.Tensor):
         return inv_temperature.to(torch.float32).contiguous(), 1.0
-    return placeholder, float(inv_temperature)
+    return None, float(inv_temperature)
+
+
+MERGE_BLOCK = 256
 
 
 def _merge_splits(part: torch.Tensor, stats: torch.Tensor, with_entropy: bool) -> None:
-    """[S, N, 4] per-split statistics -> [N, 4], as linear_logprob.merge_stats merges shards."""
-    split_max, sum_exp, sum_exp_shifted, z_label = part.unbind(2)
-    row_max = split_max.amax(dim=0)
-    weights = torch.exp(split_max - row_max)  # every split has >= 1 column: finite max
-    stats[:, 0] = row_max
-    stats[:, 1] = (sum_exp * weights).sum(dim=0)
-    if with_entropy:  # each split's t is relative to its own max: move it to the row's
-        stats[:, 2] = ((sum_exp_shifted + sum_exp * (split_max - row_max)) * weights).sum(dim=0)
-    stats[:, 3] = z_label.sum(dim=0)
+    """[S, rows, 4] per-split statistics -> [rows, 4] (kernels/merge_splits.py)."""
+    n_rows = stats.shape[0]
+    merge_splits_kernel[(triton.cdiv(n_rows, MERGE_BLOCK),)](
+        part, stats, n_rows, part.shape[0], WITH_ENTROPY=with_entropy, BLOCK=MERGE_BLOCK)
 
 
 # cuBLAS with fp32 outputs from 16-bit operands (torch.mm(..., out_dtype=float32), CUDA
@@ -220,12 +246,19 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
              grad_logprob: torch.Tensor, grad_entropy: torch.Tensor | None, *,
              config: KernelConfig | None = None, use_tma: bool | None = None,
              chunk_budget: int | None = None, d_weight_dtype: torch.dtype | None = None,
+             d_hidden_dtype: torch.dtype | None = None, block_tokens: int | None = None,
              sparse_ids: torch.Tensor | None = None, sparse_grads: torch.Tensor | None = None):
-    """The contract's backward; ``d_weight_dtype`` (an opt-in extra, default fp32 as the
-    contract says) lets cuBLAS write d_weight directly in e.g. the weight's dtype. Each
-    d_weight row is written by exactly one GEMM (vocab chunks do not overlap), so that is
-    the same single rounding of an fp32-accumulated product as fp32 followed by
-    ``.to(dtype)``, minus one fp32 write and the cast's read and write of [V, H].
+    """The contract's backward. Opt-in extras (defaults fp32, as the contract says):
+    ``d_weight_dtype`` / ``d_hidden_dtype`` let cuBLAS write the gradients in e.g. the
+    inputs' dtype, saving an fp32 copy of each and its cast.
+
+    Memory (autotune_configs.BACKWARD_EXTRA_BUDGET_BYTES): tokens go in blocks of
+    ``block_tokens``; each block's d_hidden is accumulated over vocab chunks in fp32 and
+    rounded once; d_weight is written by the first block and accumulated by the others
+    (in d_weight_dtype: one rounding per token block; a single block, N <= block_tokens,
+    is exactly one rounding of an fp32-accumulated product). ``chunk_budget`` caps the
+    d(logits) chunk's bytes (tests), default what the budget leaves.
+
     ``sparse_ids`` / ``sparse_grads``: the contract's sparse indicator terms, added to each
     d(logits) chunk by sparse_grad.py before the GEMMs."""
     _check_device(hidden, weight, local_labels)
@@ -235,11 +268,13 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     if n_tokens == 0 or vocab == 0:
         return (torch.zeros(n_tokens, hidden_size, dtype=torch.float32, device=dev),
                 torch.zeros(vocab, hidden_size, dtype=torch.float32, device=dev))
-    # Both are written whole: d_hidden by the first vocab chunk, d_weight chunk by chunk.
-    d_hidden = torch.empty(n_tokens, hidden_size, dtype=torch.float32, device=dev)
     dw_dtype = d_weight_dtype or torch.float32
+    dh_dtype = d_hidden_dtype or torch.float32
     if not hidden.is_cuda or hidden.dtype == torch.float16:
-        dw_dtype = torch.float32  # CPU (interpreter) path; fp16's scaled buffer (below)
+        # CPU (interpreter) path; fp16's scaled buffer (below) is unscaled in fp32
+        dw_dtype = dh_dtype = torch.float32
+    # Both are written whole: d_hidden block by block, d_weight by the first token block.
+    d_hidden = torch.empty(n_tokens, hidden_size, dtype=dh_dtype, device=dev)
     d_weight = torch.empty(vocab, hidden_size, dtype=dw_dtype, device=dev)
     hidden, weight = _rowmajor(hidden), _rowmajor(weight)
     has_entropy = grad_entropy is not None and mean_z is not None
@@ -264,50 +299,69 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
         scale = lse  # unused (HAS_SCALE=False)
 
     elem = hidden.element_size()
-    width_max = _vocab_chunk(n_tokens, vocab, elem, cfg.block_v,
-                             chunk_budget or autotune_configs.GRAD_CHUNK_BUDGET_BYTES)
+    block_rows = min(n_tokens, block_tokens or autotune_configs.BACKWARD_BLOCK_TOKENS)
+    # the fp32 accumulator of one token block's d_hidden, unless d_hidden is fp32 itself
+    acc_bytes = 0 if dh_dtype == torch.float32 else block_rows * hidden_size * 4
+    budget = chunk_budget or max(autotune_configs.BACKWARD_EXTRA_BUDGET_BYTES - acc_bytes,
+                                 autotune_configs.BACKWARD_MIN_CHUNK_BYTES)
+    width_max = _vocab_chunk(block_rows, vocab, elem, cfg.block_v, budget)
     row_pitch = triton.cdiv(width_max, 16 // elem) * (16 // elem)  # 16-byte aligned rows
-    grad_buf = torch.empty(n_tokens, row_pitch, dtype=hidden.dtype, device=dev)
+    grad_buf = torch.empty(block_rows, row_pitch, dtype=hidden.dtype, device=dev)
+    dh_acc = None if acc_bytes == 0 else torch.empty(block_rows, hidden_size,
+                                                     dtype=torch.float32, device=dev)
     labels = local_labels.contiguous()
-    num_m = triton.cdiv(n_tokens, cfg.block_m)
-    inv_t_ptr, inv_t = _inv_t_args(inv_temperature, lse)
+    inv_t_rows, inv_t = _inv_t_args(inv_temperature)
     sparse = None
     if sparse_ids is not None:  # d(logits) entries: g * inv_t (and the fp16 buffer's scale)
-        vals = sparse_grads.float() * (inv_temperature[:, None] if isinstance(
-            inv_temperature, torch.Tensor) else inv_temperature)
+        vals = sparse_grads.float() * (inv_t if inv_t_rows is None else inv_t_rows[:, None])
         if unscale is not None:
             vals = vals * scale
-        sparse = (sparse_ids.to(torch.int32).contiguous(), vals.contiguous(),
-                  sparse_ids.shape[1], triton.next_power_of_2(sparse_ids.shape[1]))
+        sparse = (sparse_ids.to(torch.int32).contiguous(), vals.contiguous())
+        sparse_k = sparse_ids.shape[1]
 
-    for v0 in range(0, vocab, width_max):
-        width = min(width_max, vocab - v0)
-        w_chunk = weight[v0:v0 + width]
-        grad = grad_buf[:, :width]
-        chunk_tma = tma and _tma_aligned(w_chunk)
-        num_tiles = num_m * triton.cdiv(width, cfg.block_v)
-        progs = min(num_tiles, _sms(dev)) if cfg.persistent else num_tiles
-        grad_logits_kernel[(progs,)](
-            _source(hidden, [cfg.block_m, cfg.block_k], chunk_tma),
-            _source(w_chunk, [cfg.block_v, cfg.block_k], chunk_tma),
-            _source(grad, [cfg.block_m, cfg.block_v], chunk_tma),
-            labels - v0 if v0 else labels, lse, mean_z, g_lp, g_ent, scale, inv_t_ptr,
-            n_tokens, width, hidden_size, hidden.stride(0), w_chunk.stride(0), grad.stride(0),
-            inv_t, cfg.group_m, progs,
-            BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
-            HAS_ENTROPY=has_entropy, HAS_SCALE=unscale is not None, USE_TMA=chunk_tma,
-            FLATTEN=cfg.loop == 1, WARP_SPEC=cfg.warp_specialize,
-            DOT_PRECISION=_dot_precision(hidden.dtype), UPCAST_DOT=_upcast_dot(hidden.dtype),
-            ROW_INV_T=inv_t_ptr is not lse, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )
-        if sparse is not None:
-            add_sparse_grad_kernel[(n_tokens,)](grad, grad.stride(0), sparse[0], sparse[1],
-                                                sparse[2], v0, width, KP=sparse[3])
-        _matmul_fp32(grad, w_chunk, d_hidden, accumulate=v0 > 0)
-        if d_weight.dtype == hidden.dtype and hidden.dtype != torch.float32:
-            torch.mm(grad.T, hidden, out=d_weight[v0:v0 + width])
-        else:
-            _matmul_fp32(grad.T, hidden, d_weight[v0:v0 + width], accumulate=False)
+    for r0 in range(0, n_tokens, block_rows):
+        rows = min(block_rows, n_tokens - r0)
+        blk = slice(r0, r0 + rows)
+        h_blk, lab_blk = hidden[blk], labels[blk]
+        dh = d_hidden[blk] if dh_acc is None else dh_acc[:rows]
+        num_m = triton.cdiv(rows, cfg.block_m)
+        for v0 in range(0, vocab, width_max):
+            width = min(width_max, vocab - v0)
+            w_chunk = weight[v0:v0 + width]
+            grad = grad_buf[:rows, :width]
+            chunk_tma = tma and _tma_aligned(w_chunk) and _tma_aligned(h_blk)
+            num_tiles = num_m * triton.cdiv(width, cfg.block_v)
+            progs = min(num_tiles, _sms(dev)) if cfg.persistent else num_tiles
+            grad_logits_kernel[(progs,)](
+                _source(h_blk, [cfg.block_m, cfg.block_k], chunk_tma),
+                _source(w_chunk, [cfg.block_v, cfg.block_k], chunk_tma),
+                _source(grad, [cfg.block_m, cfg.block_v], chunk_tma),
+                lab_blk - v0 if v0 else lab_blk, lse[blk], mean_z[blk], g_lp[blk], g_ent[blk],
+                scale, lse if inv_t_rows is None else inv_t_rows[blk],
+                rows, width, hidden_size, h_blk.stride(0), w_chunk.stride(0), grad.stride(0),
+                inv_t, cfg.group_m, progs,
+                BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
+                HAS_ENTROPY=has_entropy, HAS_SCALE=unscale is not None, USE_TMA=chunk_tma,
+                FLATTEN=cfg.loop == 1, WARP_SPEC=cfg.warp_specialize,
+                DOT_PRECISION=_dot_precision(hidden.dtype), UPCAST_DOT=_upcast_dot(hidden.dtype),
+                ROW_INV_T=inv_t_rows is not None,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            )
+            if sparse is not None:
+                add_sparse_grad_kernel[(rows,)](
+                    grad, grad.stride(0), sparse[0][blk], sparse[1][blk], sparse_k, v0, width,
+                    KP=triton.next_power_of_2(sparse_k))
+            _matmul_fp32(grad, w_chunk, dh, accumulate=v0 > 0)
+            dw = d_weight[v0:v0 + width]
+            if d_weight.dtype == hidden.dtype and hidden.dtype != torch.float32:
+                if r0 == 0:
+                    torch.mm(grad.T, h_blk, out=dw)
+                else:  # cuBLAS: fp32 accumulation, one rounding of (dw + grad.T @ h)
+                    dw.addmm_(grad.T, h_blk)
+            else:
+                _matmul_fp32(grad.T, h_blk, dw, accumulate=r0 > 0)
+        if dh_acc is not None:
+            d_hidden[blk].copy_(dh)
 
     if unscale is not None:
         d_hidden.mul_(unscale)

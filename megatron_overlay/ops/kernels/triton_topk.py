@@ -76,17 +76,17 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
                                                  device=dev)
     part_v = torch.empty(splits, n_tokens, k, dtype=torch.float32, device=dev)
     part_i = torch.empty(splits, n_tokens, k, dtype=torch.int32, device=dev)
-    inv_t_ptr, inv_t = _inv_t_args(inv_temperature, stats)
+    inv_t_rows, inv_t = _inv_t_args(inv_temperature)
     topk_stats_kernel[(num_m * splits,)](
         _source(hidden, [cfg.block_m, cfg.block_k], tma),
         _source(weight, [cfg.block_v, cfg.block_k], tma),
-        labels, part, part_v, part_i, inv_t_ptr,
+        labels, part, part_v, part_i, stats if inv_t_rows is None else inv_t_rows,
         n_tokens, vocab, hidden_size, k, hidden.stride(0), weight.stride(0), inv_t,
         splits, per_split, cfg.group_m,
         BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
         KP=triton.next_power_of_2(k), WITH_ENTROPY=bool(with_entropy), USE_TMA=tma,
         DOT_PRECISION=_dot_precision(hidden.dtype), UPCAST_DOT=_upcast_dot(hidden.dtype),
-        ROW_INV_T=inv_t_ptr is not stats, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        ROW_INV_T=inv_t_rows is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if splits > 1:
         _merge_splits(part, stats, bool(with_entropy))

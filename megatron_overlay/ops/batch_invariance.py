@@ -1,0 +1,54 @@
+"""Batch invariance: a token's log-prob and entropy do not depend on the other tokens.
+
+The same (hidden row, label, weight, temperature) gives bitwise the same outputs whatever
+the number of tokens N in the call and the row's position, when this is on (the default;
+``MEGATRON_OVERLAY_BATCH_INVARIANT=0`` turns it off). What it takes, per path:
+
+* Triton (ops/kernels/): the vocab split count of the forward depends on V and the GPU
+  only, never on N (``triton_impl.choose_splits``); splits are merged by a kernel that
+  folds them in a fixed order per row; rows are never split across programs.
+* torch (CPU): every GEMM and every element-wise tile op runs on fixed-size token tiles
+  (the last one zero-padded), because BLAS results can depend on the M dimension; and
+  transcendental functions on [N] vectors run in fixed-size blocks (``per_element``),
+  because ATen computes a vector's tail with the scalar libm function and the rest with
+  SIMD code, which can differ in the last bit.
+* The merge of TP shards (linear_logprob.merge_stats) adds shards in rank order.
+
+The backward (d_hidden rows) is not covered: cuBLAS picks its algorithm by shape.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+ENV = "MEGATRON_OVERLAY_BATCH_INVARIANT"
+# Below ATen's parallel grain (32768 elements): one thread, and a multiple of every SIMD
+# width, so no element goes through the scalar tail loop.
+CPU_BLOCK = 4096
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip() != "0"
+
+
+def per_element(fn, x: torch.Tensor) -> torch.Tensor:
+    """``fn(x)`` for an element-wise ``fn``, computed the same way for every element.
+
+    On CPU with batch invariance on: in zero-padded ``CPU_BLOCK`` blocks (padding with
+    ones). Elsewhere ``fn(x)`` (CUDA element-wise kernels compute every element alike).
+    """
+    if x.device.type != "cpu" or not enabled():
+        return fn(x)
+    flat = x.contiguous().view(-1)
+    out = torch.empty_like(flat)
+    for i in range(0, flat.numel(), CPU_BLOCK):
+        block = flat[i:i + CPU_BLOCK]
+        if block.numel() < CPU_BLOCK:
+            padded = torch.ones(CPU_BLOCK, dtype=flat.dtype)
+            padded[:block.numel()] = block
+            block = padded
+        result = fn(block)
+        out[i:i + CPU_BLOCK] = result[:out[i:i + CPU_BLOCK].numel()]
+    return out.view(x.shape)

@@ -1,0 +1,39 @@
+"""Merge the forward's per-split statistics [S, N, 4] into per-token ones [N, 4].
+
+One program owns BLOCK rows and folds the S splits in split order, so each row's result
+depends on its own values only (batch invariance: a reduction kernel of torch's may
+split the S axis differently for different N). As linear_logprob.merge_stats merges TP
+shards: m = max over splits, s = sum s_i e^(m_i - m), t = sum (t_i + s_i (m_i - m))
+e^(m_i - m) (each split's t is relative to its own max), z[label] = sum z_i.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def merge_splits_kernel(part_ptr, stats_ptr, N, num_splits,
+                        WITH_ENTROPY: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    keep = rows < N
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    for s in range(num_splits):
+        m = tl.maximum(m, tl.load(part_ptr + (s * N + rows).to(tl.int64) * 4, mask=keep,
+                                  other=0.0))
+    sum_s = tl.zeros([BLOCK], tl.float32)
+    sum_t = tl.zeros([BLOCK], tl.float32)
+    z_label = tl.zeros([BLOCK], tl.float32)
+    for s in range(num_splits):
+        src = part_ptr + (s * N + rows).to(tl.int64) * 4
+        m_s = tl.load(src + 0, mask=keep, other=0.0)
+        s_s = tl.load(src + 1, mask=keep, other=0.0)
+        weight = tl.exp(m_s - m)  # every split has >= 1 column: m_s is finite
+        sum_s += s_s * weight
+        if WITH_ENTROPY:
+            sum_t += (tl.load(src + 2, mask=keep, other=0.0) + s_s * (m_s - m)) * weight
+        z_label += tl.load(src + 3, mask=keep, other=0.0)
+    dst = stats_ptr + rows.to(tl.int64) * 4
+    tl.store(dst + 0, m, mask=keep)
+    tl.store(dst + 1, sum_s, mask=keep)
+    tl.store(dst + 2, sum_t, mask=keep)
+    tl.store(dst + 3, z_label, mask=keep)

@@ -1,0 +1,92 @@
+"""Batch invariance of the Triton path on a GPU (skipped without one): a token's log-prob
+and entropy are bitwise the same whatever N and its position; TP = 2 too, with 2 GPUs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+pytest.importorskip("triton", reason="Triton is not installed")
+
+from megatron_overlay.ops import linear_logprob_entropy  # noqa: E402
+from megatron_overlay.ops.kernels import autotune_configs  # noqa: E402
+
+H, V = 512, 20000
+CASES = [(1, 0), (1, 2999), (7, 3), (128, 64), (129, 1000), (2000, 500)]
+
+
+def _inputs(n=3000, dtype=torch.bfloat16, seed=0, device="cuda"):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, H, generator=g).to(dtype).to(device)
+    weight = (torch.randn(V, H, generator=g) * (2.0 / H ** 0.5)).to(dtype).to(device)
+    labels = torch.randint(0, V, (n,), generator=g).to(device)
+    labels[::11] = -100
+    return hidden, weight, labels
+
+
+def _check(hidden, weight, labels, tp_group=None):
+    with torch.no_grad():
+        ref = linear_logprob_entropy(hidden, weight, labels, temperature=0.7, tp_group=tp_group)
+        for n, start in CASES:
+            sl = slice(start, start + n)
+            got = linear_logprob_entropy(hidden[sl], weight, labels[sl], temperature=0.7,
+                                         tp_group=tp_group)
+            for a, b in zip(got, ref):
+                assert torch.equal(a, b[sl]), (n, start)
+        perm = torch.randperm(len(labels), generator=torch.Generator().manual_seed(1))
+        perm = perm.to(labels.device)  # the same on every TP rank
+        got = linear_logprob_entropy(hidden[perm], weight, labels[perm], temperature=0.7,
+                                     tp_group=tp_group)
+        for a, b in zip(got, ref):
+            assert torch.equal(a, b[perm])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_triton_same_bits_whatever_n_and_position(dtype):
+    _check(*_inputs(dtype=dtype))
+
+
+def test_row_blocked_launches_keep_the_bits(monkeypatch):
+    """N past the partial-statistics budget runs in row blocks: same bits."""
+    hidden, weight, labels = _inputs()
+    with torch.no_grad():
+        ref = linear_logprob_entropy(hidden, weight, labels, temperature=0.7)
+        monkeypatch.setattr(autotune_configs, "PARTIAL_STATS_BUDGET_BYTES", 16 * 300 * 16)
+        got = linear_logprob_entropy(hidden, weight, labels, temperature=0.7)
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+
+
+def _tp_worker(rank, port, result):
+    import torch.distributed as dist
+
+    torch.cuda.set_device(rank)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("nccl", rank=rank, world_size=2)
+    try:
+        hidden, weight, labels = _inputs(device=f"cuda:{rank}")
+        shard = weight.shape[0] // 2
+        _check(hidden, weight[rank * shard:(rank + 1) * shard].contiguous(), labels,
+               tp_group=dist.group.WORLD)
+        result[rank] = "ok"
+    except Exception as e:  # reported by the parent
+        result[rank] = f"{type(e).__name__}: {e}"
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="TP = 2 needs 2 GPUs")
+def test_tp2_same_bits_whatever_n_and_position():
+    import torch.multiprocessing as mp
+
+    from tests.support.gpt_cpu import free_port
+
+    manager = mp.Manager()
+    result = manager.dict()
+    mp.spawn(_tp_worker, args=(free_port(), result), nprocs=2)
+    assert dict(result) == {0: "ok", 1: "ok"}

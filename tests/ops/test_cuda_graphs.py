@@ -1,0 +1,154 @@
+"""CUDA-graph capture and no host sync, on a GPU (skipped without one).
+
+The op forward, forward+backward, and ``fused_logprob`` inside a megatron GPTModel
+forward are captured with ``torch.cuda.graph`` and replayed: bitwise equal to eager, also
+after new data is copied into the static inputs. ``torch.cuda.set_sync_debug_mode("error")``
+proves the default forward and backward never wait for the GPU; out-of-range labels are
+then reported by ``check_labels()`` / the next call (ops/label_check.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+pytest.importorskip("triton", reason="Triton is not installed")
+
+from megatron_overlay.ops import check_labels, label_check, linear_logprob_entropy  # noqa: E402
+
+N, H, V = 1029, 256, 7000
+
+
+def _inputs(seed=0, dtype=torch.bfloat16, n=N):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    hidden = torch.randn(n, H, device="cuda", generator=g).to(dtype)
+    weight = (torch.randn(V, H, device="cuda", generator=g) * (2.0 / H ** 0.5)).to(dtype)
+    labels = torch.randint(0, V, (n,), device="cuda", generator=g)
+    labels[::9] = -100
+    return hidden, weight, labels
+
+
+def _capture(fn, warmup=3):
+    """Warm ``fn`` up on a side stream (Triton compiles, cuBLAS picks), then capture it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
+def _eager_fb(hidden, weight, labels):
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    lp, ent = linear_logprob_entropy(h, w, labels, temperature=0.7)
+    (lp.sum() * 0.5 + ent.sum() * 0.25).backward()
+    return lp.detach(), ent.detach(), h.grad, w.grad
+
+
+def test_forward_capture_replays_bitwise():
+    hidden, weight, labels = _inputs()
+    with torch.no_grad():
+        graph, (lp, ent) = _capture(
+            lambda: linear_logprob_entropy(hidden, weight, labels, temperature=0.7))
+        for seed in (0, 1):
+            new_h, new_w, new_y = _inputs(seed)
+            hidden.copy_(new_h), weight.copy_(new_w), labels.copy_(new_y)
+            graph.replay()
+            ref_lp, ref_ent = linear_logprob_entropy(new_h, new_w, new_y, temperature=0.7)
+            assert torch.equal(lp, ref_lp) and torch.equal(ent, ref_ent)
+
+
+def test_forward_backward_capture_replays_bitwise():
+    hidden, weight, labels = _inputs()
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+
+    def step():
+        h.grad = w.grad = None
+        lp, ent = linear_logprob_entropy(h, w, labels, temperature=0.7)
+        (lp.sum() * 0.5 + ent.sum() * 0.25).backward()
+        return lp.detach(), ent.detach(), h.grad, w.grad
+
+    graph, outs = _capture(step)
+    for seed in (0, 2):
+        new_h, new_w, new_y = _inputs(seed)
+        with torch.no_grad():
+            h.copy_(new_h), w.copy_(new_w), labels.copy_(new_y)
+        graph.replay()
+        for got, ref in zip(outs, _eager_fb(new_h, new_w, new_y)):
+            assert torch.equal(got, ref)
+
+
+def test_no_host_sync_in_forward_and_backward():
+    hidden, weight, labels = _inputs()
+    _eager_fb(hidden, weight, labels)  # compile first: Triton's first launch may sync
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        lp, ent = linear_logprob_entropy(h, w, labels, temperature=0.7)
+        (lp.sum() * 0.5 + ent.sum() * 0.25).backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_bad_labels_on_cuda_raise_later_naming_them():
+    hidden, weight, labels = _inputs()
+    labels[4], labels[600] = V + 3, -5
+    label_check._pending.clear()
+    lp, ent = linear_logprob_entropy(hidden, weight, labels, temperature=0.7)  # no raise
+    assert torch.isnan(lp[4]) and torch.isnan(lp[600]) and not torch.isnan(ent).any()
+    with pytest.raises(ValueError, match=rf"2 label id\(s\) outside \[0, {V}\).*smallest -5, "
+                                         rf"largest {V + 3}, first at token 4"):
+        check_labels()
+    check_labels()  # reported once
+    # the next call reports an earlier one once the GPU has run its check
+    linear_logprob_entropy(hidden, weight, labels, temperature=0.7)
+    torch.cuda.synchronize()
+    with pytest.raises(ValueError, match="earlier call"):
+        linear_logprob_entropy(hidden, weight, labels.clamp(0, V - 1), temperature=0.7)
+    # strict mode: at once, before any work
+    with pytest.raises(ValueError, match="labels out of range: 2 label"):
+        linear_logprob_entropy(hidden, weight, labels, temperature=0.7, strict_labels=True)
+    label_check._pending.clear()
+
+
+def test_fused_logprob_in_gptmodel_forward_capture():
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed")
+    from megatron_overlay.processors.fused_logprob import fused_logprob
+    from tests.support import gpt_cpu
+
+    cfg = gpt_cpu.ModelConfig(vocab=8192, hidden=256, layers=2, heads=4, seq=256, batch=2,
+                              dtype=torch.bfloat16)
+    gpt_cpu.init_distributed(0, 1, gpt_cpu.free_port(), 1, device="cuda")
+    try:
+        # bf16 throughout (the test helper's torch norms are built in fp32)
+        model = gpt_cpu.build_model(cfg).cuda().to(torch.bfloat16).eval()
+        input_ids, position_ids, mask, labels, _ = (
+            t.cuda() for t in gpt_cpu.batch(cfg))
+        context = {"temperature": 0.7}
+
+        def forward():
+            out = model(input_ids, position_ids, mask, labels=labels,
+                        output_processor=fused_logprob, output_processor_context=context)
+            return out.log_probs, out.entropy
+
+        with torch.no_grad():
+            ref_lp, ref_ent = (t.clone() for t in forward())
+            graph, (lp, ent) = _capture(forward)
+            graph.replay()
+            assert torch.equal(lp, ref_lp) and torch.equal(ent, ref_ent)
+            new_ids = torch.randint(0, cfg.vocab, input_ids.shape, device="cuda")
+            input_ids.copy_(new_ids)
+            graph.replay()
+            ref_lp, ref_ent = forward()
+            assert torch.equal(lp, ref_lp) and torch.equal(ent, ref_ent)
+    finally:
+        gpt_cpu.shutdown()

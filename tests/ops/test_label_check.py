@@ -1,0 +1,82 @@
+"""Out-of-range labels: the eager check (CPU, strict mode) and the deferred device-side path.
+
+The deferred path's queue runs on CPU too (a CPU record needs no copy or event), so its
+raise-once logic is tested here; the CUDA side (no sync, NaN outputs, check_labels) is in
+test_cuda_graphs.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from megatron_overlay.ops import LinearLogprobEntropy, LogprobParams, linear_logprob_entropy
+from megatron_overlay.ops import label_check
+
+V = 300
+
+
+def _inputs(n=40, h=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, h, generator=g)
+    weight = torch.randn(V, h, generator=g) / h ** 0.5
+    labels = torch.randint(0, V, (n,), generator=g)
+    return hidden, weight, labels
+
+
+@pytest.fixture(autouse=True)
+def _empty_queue():
+    label_check._pending.clear()
+    yield
+    label_check._pending.clear()
+
+
+def test_cpu_raises_before_any_work_naming_the_labels():
+    hidden, weight, labels = _inputs()
+    labels[3], labels[9], labels[11] = V + 5, -7, -100  # -100 is ignore_index: fine
+    with pytest.raises(ValueError) as err:
+        linear_logprob_entropy(hidden, weight, labels)
+    msg = str(err.value)
+    for part in ("labels out of range", "2 label id(s)", f"[0, {V})", "smallest -7",
+                 f"largest {V + 5}", "first at token 3", "ignore_index=-100"):
+        assert part in msg, (part, msg)
+
+
+def test_strict_mode_from_argument_or_environment(monkeypatch):
+    monkeypatch.delenv(label_check.STRICT_ENV, raising=False)
+    assert not label_check.strict_mode(None)
+    assert label_check.strict_mode(True)
+    monkeypatch.setenv(label_check.STRICT_ENV, "1")
+    assert label_check.strict_mode(None)
+    assert not label_check.strict_mode(False)  # the argument wins
+    assert LogprobParams.from_context({"strict_labels": True}).strict_labels is True
+    with pytest.raises(TypeError, match="strict_labels"):
+        LogprobParams(strict_labels="yes")
+
+
+def test_op_past_the_check_gives_nan_not_a_wrong_answer():
+    """Bad rows (what CUDA computes before the host learns): NaN log-prob and gradient;
+    the other rows are exactly what they are without the bad row."""
+    hidden, weight, labels = _inputs()
+    good_lp, good_ent = linear_logprob_entropy(hidden, weight, labels)
+    labels = labels.clone()
+    labels[5] = V
+    h = hidden.clone().requires_grad_()
+    lp, ent = LinearLogprobEntropy.apply(h, weight, labels, LogprobParams(), None)
+    assert torch.isnan(lp[5]) and not torch.isnan(ent[5])
+    keep = torch.arange(len(labels)) != 5
+    assert torch.equal(lp[keep], good_lp[keep]) and torch.equal(ent, good_ent)
+    lp.sum().backward()
+    assert torch.isnan(h.grad[5]).all() and not torch.isnan(h.grad[keep]).any()
+
+
+def test_deferred_record_raises_once_at_the_next_poll():
+    _, _, labels = _inputs()
+    labels[7], labels[20] = V, V + 40
+    label_check.defer(label_check.bad_labels(labels, V, -100), labels, V, -100)
+    with pytest.raises(ValueError, match=r"earlier call.*2 label id\(s\).*smallest 300, "
+                                         r"largest 340, first at token 7"):
+        label_check.poll()
+    label_check.poll()  # raised once, then dropped
+    label_check.defer(label_check.bad_labels(labels.clamp(0, V - 1), V, -100), labels, V, -100)
+    label_check.check_labels()  # a clean record raises nothing

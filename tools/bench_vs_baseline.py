@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""This checkout's fused op against a baseline copy of the package, in one process (GPU).
+
+Per shape (bf16, temperature 0.7, the inputs of bench_fused_logprob.py), methods timed
+interleaved in a shuffled order each rep, median of CUDA events over rotating inputs:
+
+  gemm      the floor: hidden @ W.T (fwd); plus G @ W and G.T @ hidden (fb)
+  base      the baseline package's linear_logprob_entropy (``--baseline``)
+  ours      this checkout's (batch invariance on: the default)
+  ours_var  this checkout's with MEGATRON_OVERLAY_BATCH_INVARIANT=0 (fwd only)
+
+and for base and ours: forward+backward extra peak memory, over the inputs and beyond the
+two gradients themselves (d_hidden and d_weight in bf16, which any method returns); the
+largest log-prob / entropy error vs fp64 on the first 1024 tokens; whether the first 1024
+tokens' outputs are bitwise the same computed alone (batch invariance). Then gradient
+accuracy of base and ours against an fp32 autograd reference at a smaller vocab.
+
+    cp -r megatron_overlay /tmp/base/megatron_overlay_base   # (from the old checkout)
+    python tools/bench_vs_baseline.py --baseline /tmp/base --out out/vs_base
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import os
+import random
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_fused_logprob import (  # noqa: E402
+    SHAPES, TEMPERATURE, _loss_coeffs, fp64_reference, make_inputs, max_err)
+
+GiB = float(1 << 30)
+INVARIANCE_ENV = "MEGATRON_OVERLAY_BATCH_INVARIANT"
+
+
+def _op(package: str):
+    return importlib.import_module(f"{package}.ops").linear_logprob_entropy
+
+
+class Runner:
+    """One configuration of an op: batch invariance on/off and autotune_configs overrides
+    (set around each call, e.g. {"BACKWARD_EXTRA_BUDGET_BYTES": 480 << 20})."""
+
+    def __init__(self, op, invariant=True, overrides=None):
+        self.op, self.invariant, self.overrides = op, invariant, overrides or {}
+
+    def _call(self, fn):
+        from megatron_overlay.ops.kernels import autotune_configs
+
+        saved = {k: getattr(autotune_configs, k) for k in self.overrides}
+        os.environ[INVARIANCE_ENV] = "1" if self.invariant else "0"
+        for k, v in self.overrides.items():
+            setattr(autotune_configs, k, v)
+        try:
+            return fn()
+        finally:
+            os.environ.pop(INVARIANCE_ENV, None)
+            for k, v in saved.items():
+                setattr(autotune_configs, k, v)
+
+    def fwd(self, h, w, y):
+        return self._call(lambda: self.op(h, w, y, temperature=TEMPERATURE))
+
+    def fb(self, h, w, y, a, b):
+        def run():
+            hh, ww = h.detach().requires_grad_(), w.detach().requires_grad_()
+            lp, ent = self.op(hh, ww, y, temperature=TEMPERATURE)
+            ((lp * a).sum() + (ent * b).sum()).backward()
+            return hh.grad, ww.grad
+        return self._call(run)
+
+
+class Gemm:
+    def __init__(self):
+        self.grad = None
+
+    def fwd(self, h, w, y):
+        return h @ w.T
+
+    def fb(self, h, w, y, a, b):
+        if self.grad is None or self.grad.shape != (h.shape[0], w.shape[0]):
+            self.grad = None
+            self.grad = torch.randn(h.shape[0], w.shape[0], device=h.device, dtype=h.dtype)
+        return h @ w.T, self.grad @ w, self.grad.T @ h
+
+
+def r_is_fb_variant(name: str) -> bool:
+    return name.startswith("fb_")
+
+
+def timed(methods, phase, inputs, reps, seed):
+    order = random.Random(seed)
+    times = {m: [] for m in methods}
+    ctx = torch.no_grad if phase == "fwd" else torch.enable_grad
+    with ctx():
+        for rep in range(2 + reps):
+            for m in order.sample(list(methods), len(methods)):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                out = getattr(methods[m], phase)(*inputs[rep % len(inputs)])
+                end.record()
+                torch.cuda.synchronize()
+                del out
+                if rep >= 2:
+                    times[m].append(start.elapsed_time(end))
+    return times
+
+
+def extra_peak(fn, args, exclude_bytes=0) -> float:
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = fn(*args)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base - exclude_bytes
+    del out
+    return peak / GiB
+
+
+def bench_shape(n, hdim, v, runners, args, log):
+    sets, w = make_inputs(n, hdim, v, seed=n)
+    a, b = _loss_coeffs(n, w.device)
+    fwd_in = [(h, w, y) for h, y in sets]
+    fb_in = [(h, w, y, a, b) for h, y in sets]
+    row = {"N": n, "H": hdim, "V": v}
+    fwd_methods = {"gemm": Gemm(), **runners}
+    fb_methods = {m: r for m, r in fwd_methods.items() if m != "ours_var"}
+    fwd_methods = {m: r for m, r in fwd_methods.items() if not r_is_fb_variant(m)}
+    for phase, methods, inputs, reps in (("fwd", fwd_methods, fwd_in, args.repeats),
+                                         ("fb", fb_methods, fb_in, args.fb_repeats)):
+        times = timed(methods, phase, inputs, reps, seed=n)
+        for m, t in times.items():
+            row[f"{m}_{phase}_ms"] = statistics.median(t)
+            row[f"{m}_{phase}_ms_all"] = [round(x, 3) for x in t]
+    grads = (n * hdim + v * hdim) * 2
+    ref_lp, ref_ent = fp64_reference(sets[0][0], w, sets[0][1], min(1024, n))
+    for m in [m for m in runners if r_is_fb_variant(m)]:
+        row[f"{m}_fb_extra_gib"] = extra_peak(runners[m].fb, fb_in[0], exclude_bytes=grads)
+        row[f"{m}_fb_x_gemm"] = row[f"{m}_fb_ms"] / row["gemm_fb_ms"]
+    for m in ("base", "ours"):
+        if m not in runners:
+            continue
+        with torch.no_grad():
+            row[f"{m}_fwd_extra_gib"] = extra_peak(runners[m].fwd, fwd_in[0])
+            lp, ent = runners[m].fwd(*fwd_in[0])
+            row[f"{m}_lp_err"], row[f"{m}_ent_err"] = max_err(lp, ref_lp), max_err(ent, ref_ent)
+            k = min(1024, n)
+            lp1, ent1 = runners[m].fwd(sets[0][0][:k], w, sets[0][1][:k])
+            row[f"{m}_invariant_rows"] = int(((lp1 == lp[:k]) & (ent1 == ent[:k])).sum())
+            del lp, ent, lp1, ent1
+        row[f"{m}_fb_extra_gib"] = extra_peak(runners[m].fb, fb_in[0], exclude_bytes=grads)
+    for phase in ("fwd", "fb"):
+        for m in ("base", "ours", "ours_var"):
+            if f"{m}_{phase}_ms" in row:
+                row[f"{m}_{phase}_x_gemm"] = row[f"{m}_{phase}_ms"] / row[f"gemm_{phase}_ms"]
+    if "base" in runners:
+        row["ours_vs_base_fwd"] = row["ours_fwd_ms"] / row["base_fwd_ms"]
+        row["ours_vs_base_fb"] = row["ours_fb_ms"] / row["base_fb_ms"]
+        row["invariance_cost_fwd"] = row["ours_fwd_ms"] / row["ours_var_fwd_ms"]
+    log(json.dumps(row))
+    del sets, w
+    gc.collect()
+    torch.cuda.empty_cache()
+    return row
+
+
+def profile_fb(runners, n, hdim, v, out: Path, log):
+    """CUDA time per kernel of one forward+backward, per runner (torch.profiler)."""
+    sets, w = make_inputs(n, hdim, v, seed=n)
+    a, b = _loss_coeffs(n, w.device)
+    args = (sets[0][0], w, sets[0][1], a, b)
+    for m, r in runners.items():
+        if m == "ours_var":
+            continue
+        for _ in range(2):
+            r.fb(*args)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            r.fb(*args)
+            torch.cuda.synchronize()
+        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=14,
+                                          max_name_column_width=70)
+        with open(out / "profile_fb.txt", "a") as f:
+            f.write(f"== {m} fb at {n},{hdim},{v}\n{table}\n")
+    log(f"profile written: {out / 'profile_fb.txt'}")
+
+
+def grad_accuracy(runners, n, hdim, v, log):
+    """Relative Frobenius error of d_hidden, d_weight vs fp32 autograd on the same bf16
+    inputs, and the same for the reference rounded to bf16 (the floor)."""
+    sets, w = make_inputs(n, hdim, v, seed=11)
+    h, y = sets[0]
+    a, b = _loss_coeffs(n, w.device, seed=3)
+    h32, w32 = h.float().requires_grad_(), w.float().requires_grad_()
+    logp = torch.log_softmax((h32 @ w32.T) / TEMPERATURE, -1)
+    lp = logp.gather(1, y[:, None]).squeeze(1)
+    ent = -(logp.exp() * logp).sum(-1)
+    ((lp * a).sum() + (ent * b).sum()).backward()
+    del logp, lp, ent
+    ref = {"d_hidden": h32.grad, "d_weight": w32.grad}
+    out = {"N": n, "H": hdim, "V": v}
+    for key, r in ref.items():
+        out[f"bf16_rounding_{key}"] = ((r.bfloat16().float() - r).norm() / r.norm()).item()
+    for m in ("base", "ours"):
+        if m in runners:
+            for key, got in zip(ref, runners[m].fb(h, w, y, a, b)):
+                out[f"{m}_{key}"] = ((got.float() - ref[key]).norm() / ref[key].norm()).item()
+    log(json.dumps(out))
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--baseline", help="a folder holding the package megatron_overlay_base")
+    parser.add_argument("--shapes", default=";".join(",".join(map(str, s)) for s in SHAPES))
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--fb-repeats", type=int, default=7)
+    parser.add_argument("--grad-shape", default="32768,1024,32768",
+                        help="N,H,V of the gradient accuracy check ('' to skip)")
+    parser.add_argument("--fb-variant", action="append", default=[],
+                        help="NAME:KEY=VALUE[,KEY=VALUE]: our op with autotune_configs "
+                             "overrides, timed in fb (e.g. b480:BACKWARD_EXTRA_BUDGET_BYTES="
+                             "503316480)")
+    parser.add_argument("--profile", default="", help="N,H,V: profile one fb per method")
+    parser.add_argument("--out", default="out/vs_baseline")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log_file = open(out / "log.txt", "w")
+
+    def log(msg):
+        print(msg, flush=True)
+        log_file.write(msg + "\n")
+        log_file.flush()
+
+    ours = _op("megatron_overlay")
+    runners = {"ours": Runner(ours), "ours_var": Runner(ours, invariant=False)}
+    for spec in args.fb_variant:
+        name, _, pairs = spec.partition(":")
+        overrides = {k: int(v) for k, v in (p.split("=") for p in pairs.split(","))}
+        runners[f"fb_{name}"] = Runner(ours, overrides=overrides)
+    if args.baseline:
+        sys.path.insert(0, args.baseline)
+        runners["base"] = Runner(_op("megatron_overlay_base"))
+    log(f"device {torch.cuda.get_device_name()} torch {torch.__version__}")
+    if args.profile:
+        profile_fb(runners, *map(int, args.profile.split(",")), out, log)
+    rows = [bench_shape(*map(int, s.split(",")), runners, args, log)
+            for s in args.shapes.split(";")]
+    acc = grad_accuracy(runners, *map(int, args.grad_shape.split(",")), log) \
+        if args.grad_shape else None
+    (out / "results.json").write_text(json.dumps({"rows": rows, "grad_accuracy": acc},
+                                                 indent=1))
+    log("\n| N, H, V | gemm fwd | base fwd | ours fwd | ours fwd, invariance off | ours/base fwd "
+        "| gemm fb | base fb | ours fb | ours/base fb | base fb extra GiB | ours fb extra GiB "
+        "| ours fwd extra GiB | invariant rows base / ours (of 1024) |")
+    log("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        g = r.get
+        log(f"| {r['N']}, {r['H']}, {r['V']} | {g('gemm_fwd_ms', 0):.2f} "
+            f"| {g('base_fwd_ms', 0):.2f} | {g('ours_fwd_ms'):.2f} | {g('ours_var_fwd_ms'):.2f} "
+            f"| {g('ours_vs_base_fwd', 0):.3f} "
+            f"| {g('gemm_fb_ms'):.2f} | {g('base_fb_ms', 0):.2f} | {g('ours_fb_ms'):.2f} "
+            f"| {g('ours_vs_base_fb', 0):.3f} | {g('base_fb_extra_gib', 0):.3f} "
+            f"| {g('ours_fb_extra_gib'):.3f} | {g('ours_fwd_extra_gib'):.3f} "
+            f"| {g('base_invariant_rows', -1)} / {g('ours_invariant_rows')} |")
+    for r in rows:
+        for m in [k[:-6] for k in r if k.startswith("fb_") and k.endswith("_fb_ms")]:
+            log(f"{r['N']},{r['H']},{r['V']} {m}: fb {r[m + '_fb_ms']:.2f} ms "
+                f"({r[m + '_fb_ms'] / r['base_fb_ms'] if 'base_fb_ms' in r else 0:.3f} x base), "
+                f"extra {r[m + '_fb_extra_gib']:.3f} GiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""Build megatron-core's real GPTModel for the tools and the tests: CPU (gloo) or CUDA (NCCL).
+
+Not shipped: the workarounds below exist only because these checks run megatron without a
+GPU, or without Apex and Transformer Engine (see ../shared/notes/megatron-on-cpu.md):
+
+- CPU only: ``torch.cuda.current_device()`` must answer "cpu" (megatron allocates on it),
+  and the RNG tracker is the inference one (its add/fork do nothing; CUDA RNG states don't
+  exist there). On CUDA the real ``model_parallel_cuda_manual_seed`` runs instead.
+- CPU and CUDA: the local spec's ``WrappedTorchNorm`` asserts that sequence parallel is
+  unsupported; it is built without SP and its parameters marked ``sequence_parallel``, and
+  ``finalize_grads`` all-reduces those grads over TP as ``finalize_model_grads`` does.
+- 16-bit models are cast the way megatron's ``Float16Module`` casts them
+  (``module.bfloat16()``): torch's norms are created in fp32 whatever ``params_dtype`` says,
+  which CPU kernels tolerate and CUDA's ``layer_norm`` rejects ("expected scalar type
+  BFloat16 but found Float").
+- The causal mask is passed explicitly (the default one is built on ``device="cuda"``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+VOCAB = 128
+HIDDEN = 64
+SEQ = 32
+BATCH = 2
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    tp: int = 1
+    sp: bool = False
+    tied: bool = True
+    vocab: int = VOCAB
+    hidden: int = HIDDEN
+    layers: int = 2
+    heads: int = 4
+    seq: int = SEQ
+    batch: int = BATCH
+    dtype: torch.dtype = torch.float32
+    mtp_layers: int = 0
+    mup: bool = False
+    pp: int = 1
+
+    @property
+    def name(self) -> str:
+        return (f"tp{self.tp}-sp{int(self.sp)}-{'tied' if self.tied else 'untied'}"
+                + (f"-pp{self.pp}" if self.pp > 1 else "")
+                + (f"-mtp{self.mtp_layers}" if self.mtp_layers else "")
+                + ("-mup" if self.mup else ""))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def apply_cpu_shims() -> None:
+    torch.cuda.current_device = lambda: "cpu"  # megatron allocates on current_device()
+
+
+def init_distributed(rank: int, world_size: int, port: int, tp: int, device: str = "cpu",
+                     pp: int = 1, ep: int = 1) -> None:
+    """gloo on CPU (with the CPU shims); NCCL, one GPU per rank, on CUDA."""
+    if device == "cpu":
+        apply_cpu_shims()
+        torch.set_num_threads(1)  # bit-exact repeatability across runs
+    else:
+        torch.cuda.set_device(rank)
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo" if device == "cpu" else "nccl", rank=rank,
+                            world_size=world_size)
+    init_model_parallel(tp, pp, ep)
+
+
+def init_model_parallel(tp: int, pp: int = 1, ep: int = 1, cp: int = 1) -> None:
+    """(Re)build megatron's parallel groups on the existing process group."""
+    from megatron.core import parallel_state
+
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    kwargs = {"expert_model_parallel_size": ep} if ep > 1 else {}
+    if cp > 1:
+        kwargs["context_parallel_size"] = cp
+    parallel_state.initialize_model_parallel(tp, pp, **kwargs)
+
+
+def shutdown() -> None:
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    dist.destroy_process_group()
+
+
+class SequenceParallelSafeNorm:
+    """megatron's WrappedTorchNorm, built without SP and marked the way SP norms are."""
+
+    def __new__(cls, config, hidden_size, eps=1e-5):
+        from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+        plain = copy.copy(config)
+        plain.sequence_parallel = False
+        norm = WrappedTorchNorm(plain, hidden_size, eps)
+        for param in norm.parameters():
+            param.sequence_parallel = config.sequence_parallel
+        return norm
+
+
+def layer_spec(**local_spec_kwargs):
+    """The local layer spec (MoE too, through ``num_experts=``) with SP-safe torch norms."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    spec = get_gpt_layer_local_spec(**local_spec_kwargs)
+    spec.submodules.input_layernorm = SequenceParallelSafeNorm
+    spec.submodules.pre_mlp_layernorm = SequenceParallelSafeNorm
+    return spec
+
+
+def transformer_config(cfg: ModelConfig, **overrides):
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    kwargs = dict(
+        num_layers=cfg.layers, hidden_size=cfg.hidden, num_attention_heads=cfg.heads,
+        use_cpu_initialization=True, tensor_model_parallel_size=cfg.tp,
+        pipeline_model_parallel_size=cfg.pp,
+        sequence_parallel=cfg.sp, hidden_dropout=0.0, attention_dropout=0.0,
+        params_dtype=cfg.dtype, bf16=cfg.dtype == torch.bfloat16,
+        pipeline_dtype=cfg.dtype,
+    )
+    if cfg.mup:  # MuP: logits scaled by mup_output_mult = 1 / width_mult = 1/4 here
+        kwargs.update(use_mup=True, mup_base_hidden_size=cfg.hidden // 4)
+    if cfg.mtp_layers:
+        kwargs.update(mtp_num_layers=cfg.mtp_layers, mtp_loss_scaling_factor=0.1)
+    kwargs.update(overrides)
+    return TransformerConfig(**kwargs)
+
+
+def seed_model_parallel(seed: int, device: str) -> None:
+    from megatron.core import tensor_parallel
+
+    torch.manual_seed(seed)
+    if device == "cpu":
+        # model_parallel_cuda_manual_seed needs CUDA; the inference tracker's add/fork do nothing.
+        tensor_parallel.random.initialize_rng_tracker(inference_rng_tracker=True)
+    else:
+        tensor_parallel.model_parallel_cuda_manual_seed(seed)
+
+
+def build_model(cfg: ModelConfig, seed: int = 1234, device: str = "cpu",
+                spec=None, **config_overrides):
+    """A small GPTModel, the same weights on every call with the same seed and TP (weights
+    are initialized on the CPU and split, as ``use_cpu_initialization`` does), on ``device``.
+    Under PP this rank builds its stage only (``cfg.layers // cfg.pp`` layers)."""
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
+
+    seed_model_parallel(seed, device)
+    config = transformer_config(cfg, **config_overrides)
+    spec = spec or layer_spec()
+    pre_process = post_process = True
+    if cfg.pp > 1:
+        pre_process = parallel_state.is_pipeline_first_stage()
+        post_process = parallel_state.is_pipeline_last_stage()
+    block = TransformerBlockSubmodules(layer_specs=[spec] * (cfg.layers // cfg.pp),
+                                       layer_norm=SequenceParallelSafeNorm)
+    kwargs = {}
+    if cfg.mtp_layers:
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
+
+        kwargs["mtp_block_spec"] = get_gpt_mtp_block_spec(config, spec,
+                                                          use_transformer_engine=False)
+    model = GPTModel(
+        config=config, transformer_layer_spec=block, vocab_size=cfg.vocab,
+        max_sequence_length=cfg.seq, pre_process=pre_process, post_process=post_process,
+        share_embeddings_and_output_weights=cfg.tied, position_embedding_type="rope",
+        parallel_output=True, **kwargs,
+    )
+    if cfg.dtype != torch.float32:
+        model = model.to(cfg.dtype)  # what Float16Module does: torch norms start in fp32
+    return model.to(device)
+
+
+def batch(cfg: ModelConfig, seed: int = 99, device: str = "cpu"):
+    """input_ids, position_ids, attention_mask (True = masked), labels, loss_mask."""
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq), generator=gen)
+    labels = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq), generator=gen)
+    position_ids = torch.arange(cfg.seq).unsqueeze(0).expand(cfg.batch, -1)
+    mask = torch.triu(torch.ones(cfg.seq, cfg.seq, dtype=torch.bool), 1)[None, None]
+    loss_mask = torch.ones(cfg.batch, cfg.seq)
+    return tuple(t.to(device) for t in (input_ids, position_ids, mask, labels, loss_mask))
+
+
+def finalize_grads(model) -> None:
+    """All-reduce SP-marked grads over TP, as megatron's finalize_model_grads does."""
+    from megatron.core import parallel_state
+
+    if parallel_state.get_tensor_model_parallel_world_size() == 1:
+        return
+    group = parallel_state.get_tensor_model_parallel_group()
+    for param in model.parameters():
+        if getattr(param, "sequence_parallel", False) and param.grad is not None:
+            dist.all_reduce(param.grad, group=group)
+
+
+def grads(model) -> dict[str, torch.Tensor]:
+    return {name: p.grad.detach().clone() for name, p in model.named_parameters()
+            if p.grad is not None}
+
+
+def gathered_grads(model) -> dict[str, torch.Tensor]:
+    """Every parameter's gradient in fp32 on the CPU, TP shards gathered along their
+    partition dim."""
+    from megatron.core import parallel_state
+
+    group = parallel_state.get_tensor_model_parallel_group()
+    world = dist.get_world_size(group)
+    out = {}
+    for name, param in model.named_parameters():
+        grad = param.grad.detach().float()
+        if world > 1 and getattr(param, "tensor_model_parallel", False):
+            parts = [torch.empty_like(grad) for _ in range(world)]
+            dist.all_gather(parts, grad.contiguous(), group=group)
+            grad = torch.cat(parts, dim=param.partition_dim)
+        out[name] = grad.cpu()
+    return out
