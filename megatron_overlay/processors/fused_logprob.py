@@ -18,8 +18,14 @@ from dataclasses import dataclass, fields
 import torch
 
 from ..ops.linear_logprob import LinearLogprobEntropy, validate_inputs
-from ..ops.params import LogprobParams
+from ..ops.params import DEFAULT_IGNORE_INDEX, LogprobParams
+from .context import read_context
 from .registry import register
+
+# the output_processor_context keys each processor accepts, with their defaults
+FUSED_LOGPROB_KEYS = {"temperature": 1.0, "return_entropy": True,
+                      "ignore_index": DEFAULT_IGNORE_INDEX}
+FUSED_CE_LOSS_KEYS = {"temperature": 1.0, "ignore_index": DEFAULT_IGNORE_INDEX}
 
 
 @dataclass
@@ -119,9 +125,10 @@ def fused_logprob(
     """Log-probs of ``labels`` and entropy under softmax(logits / temperature), fused.
 
     context: None, a mapping or an object with ``temperature`` (default 1.0),
-    ``return_entropy`` (default True) and ``ignore_index`` (default -100).
+    ``return_entropy`` (default True) and ``ignore_index`` (default -100); a mapping with
+    any other key is refused (see :mod:`.context`).
     """
-    params = LogprobParams.from_context(context)
+    params = LogprobParams(**read_context(context, FUSED_LOGPROB_KEYS, "fused_logprob"))
     _require_labels(labels, "fused_logprob",
                     "or use output_processor='logits' (or none) to get the logits")
     log_probs, entropy = _run_fused(hidden_states, output_layer, output_weight, labels,
@@ -140,9 +147,8 @@ def fused_ce_loss(
     The same as the default path's loss at temperature 1; context may set ``temperature``
     and ``ignore_index``. Entropy is not computed.
     """
-    base = LogprobParams.from_context(context)
-    params = LogprobParams(temperature=base.temperature, return_entropy=False,
-                           ignore_index=base.ignore_index)
+    params = LogprobParams(return_entropy=False,
+                           **read_context(context, FUSED_CE_LOSS_KEYS, "fused_ce_loss"))
     _require_labels(labels, "fused_ce_loss", "or use output_processor='logits' for logits")
     log_probs, _ = _run_fused(hidden_states, output_layer, output_weight, labels,
                               scale_logits, params)
