@@ -98,6 +98,11 @@ def _where(st) -> str:
             f"{f'; overlay patch set {st.patch_set} {applied}' if st.patch_set else ''})")
 
 
+def _reinstall(st) -> str:
+    return (f"reinstall it (`pip install --force-reinstall --no-deps megatron-core=="
+            f"{st.release}`) and run `megatron-overlay patch`")
+
+
 def _raise_missing_hook(model) -> None:
     from . import patching
 
@@ -105,8 +110,7 @@ def _raise_missing_hook(model) -> None:
     if st.state == patching.UNPATCHED:
         fix = "run `megatron-overlay patch` in this environment"
     elif st.state == patching.MODIFIED:
-        fix = (f"reinstall it (`pip install --force-reinstall --no-deps megatron-core=="
-               f"{st.release}`) and run `megatron-overlay patch`")
+        fix = _reinstall(st)
     elif st.state == patching.UNSUPPORTED:
         fix = ("install a supported release (megatron-core 0.12.0-0.19.2) and run "
                "`megatron-overlay patch`")
@@ -119,15 +123,20 @@ def _raise_missing_hook(model) -> None:
 
 
 def _raise_no_name_lookup(model, name: str, func) -> None:
+    from . import patching
+
     st = _core_status(model)
     release = st.release or "<release>"
+    if st.state == patching.MODIFIED:
+        fix = _reinstall(st)
+    else:
+        fix = (f"run `megatron-overlay patch` in this environment; or install the overlay's "
+               f"patched wheel (`megatron-overlay wheel {release}`, then `pip install "
+               f"--force-reinstall --no-deps wheelhouse/megatron_core-{release}+overlay.1-"
+               f"*.whl`)")
     raise RuntimeError(
-        f"output_processor={name!r} is a name, and this core cannot look names up: "
-        f"{_where(st)} has the output_processor hook but not the overlay's name lookup, so "
-        f"megatron would call the string itself (TypeError: 'str' object is not callable). "
-        f"Fix: run `megatron-overlay patch` in this environment; or install the overlay's "
-        f"patched wheel (`megatron-overlay wheel {release}`, then `pip install "
-        f"--force-reinstall --no-deps wheelhouse/megatron_core-{release}+overlay.1-*.whl`); "
-        f"or pass the callable, which needs no patch: "
-        f"`from {func.__module__} import {func.__name__}` and "
-        f"output_processor={func.__name__}.")
+        f"output_processor={name!r} is a name, which needs the overlay's name lookup in the "
+        f"core, and {_where(st)} does not have it (an upstream 0.18+ core calls the string "
+        f"itself: TypeError: 'str' object is not callable). Fix: {fix}; or pass the "
+        f"callable, which needs no patch: `from {func.__module__} import {func.__name__}` "
+        f"and output_processor={func.__name__}.")
