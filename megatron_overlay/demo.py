@@ -103,14 +103,17 @@ def _progress(total: int, desc: str, stream):
 
 
 @contextlib.contextmanager
-def _held_back_stderr():
+def _held_back_stderr(record_warnings: bool):
     """Send file descriptor 2 (Python's and C's stderr) to a temporary file; yield a stream
-    to the real stderr (for the progress bar) and a function reading what was held back.
-    Python warnings are recorded as well, to count them."""
+    to the real stderr (for the progress bar) and a function returning what was held back:
+    the text, and the Python warnings when ``record_warnings`` (else the warning filters
+    stay the user's, and what they let through is part of the text)."""
     sys.stderr.flush()
-    saved_fd = os.dup(2)
+    saved_fd, saved_stream = os.dup(2), sys.stderr
     held = tempfile.TemporaryFile(mode="w+b")
     os.dup2(held.fileno(), 2)
+    # sys.stderr is not always fd 2 (pytest, notebooks): point it there for the duration
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
     real = os.fdopen(os.dup(saved_fd), "w", buffering=1)
     caught: list = []
 
@@ -121,22 +124,30 @@ def _held_back_stderr():
 
     failed = True
     try:
-        with warnings.catch_warnings(record=True) as recorded:
-            warnings.simplefilter("default")  # each distinct warning once, as Python shows it
+        with warnings.catch_warnings(record=record_warnings) as recorded:
+            if record_warnings:
+                warnings.simplefilter("default")  # each distinct warning once, as usual
             try:
                 yield real, read
                 failed = False
             finally:
-                caught.extend(recorded)
+                caught.extend(recorded or [])
     finally:
-        sys.stderr.flush()
+        sys.stderr.close()  # the stream on fd 2 opened above (fd 2 itself stays open)
+        sys.stderr = saved_stream
         os.dup2(saved_fd, 2)
         os.close(saved_fd)
         real.close()
         if failed:  # the demo is failing: what was held back may explain why
             text, _ = read()
-            sys.stderr.write(text)
+            sys.stderr.write(_format_warnings(caught) + text)
             sys.stderr.flush()
+        held.close()
+
+
+def _format_warnings(caught: list) -> str:
+    return "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line)
+                   for w in caught)
 
 
 def _summary(text: str, caught: list) -> str:
@@ -151,11 +162,8 @@ def _summary(text: str, caught: list) -> str:
 
 
 def run_demo(args) -> int:
-    if sys.warnoptions:  # the user asked for warnings (-W / PYTHONWARNINGS): leave them be
-        held = contextlib.nullcontext((sys.stderr, lambda: ("", [])))
-    else:
-        held = _held_back_stderr()
-    with held as (stream, read_held):
+    # -W / PYTHONWARNINGS given: the user's warning filters apply (their output is held too)
+    with _held_back_stderr(record_warnings=not sys.warnoptions) as (stream, read_held):
         from . import demo_measure  # torch and megatron: imported here, their output held
 
         # steps: the model's build, then warm-up, timed and memory steps of both paths
@@ -167,10 +175,9 @@ def run_demo(args) -> int:
         text, caught = read_held()
     _report(args, results, device)
     if args.show_warnings:
-        shown = [warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line)
-                 for w in caught]
-        if shown or text.strip():
-            print("\nheld back during the demo:\n" + "".join(shown) + text.rstrip())
+        shown = _format_warnings(caught) + text
+        if shown.strip():
+            print("\nheld back during the demo:\n" + shown.rstrip())
     else:
         note = _summary(text, caught)
         if note:

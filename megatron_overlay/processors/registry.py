@@ -56,7 +56,8 @@ def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
 def _describe(entry: importlib.metadata.EntryPoint) -> str:
     dist = getattr(entry, "dist", None)
     where = f"distribution {dist.name} {dist.version}" if dist is not None else "a distribution"
-    return f"the entry point `{entry.name} = {entry.value}` of {where} (group {ENTRY_POINT_GROUP!r})"
+    return (f"the entry point `{entry.name} = {entry.value}` of {where} "
+            f"(group {ENTRY_POINT_GROUP!r})")
 
 
 def _load_entry_point(entry: importlib.metadata.EntryPoint) -> Callable:

@@ -64,3 +64,26 @@ def test_a_small_demo_reports_both_paths_and_keeps_warnings_out_of_the_progress_
     assert "note: held back during the demo:" in out
     assert "Warning" not in proc.stderr and "warnings.warn" not in proc.stderr
     assert "USDT" not in proc.stderr  # the profiler's own C++ log lines
+
+
+def test_held_back_stderr_takes_python_and_c_level_writes_and_returns_them_on_failure(capfd):
+    import warnings
+
+    from megatron_overlay.demo import _held_back_stderr
+
+    with _held_back_stderr(record_warnings=True) as (stream, read):
+        warnings.warn("Apex is not installed", UserWarning)
+        print("a torch log line", file=sys.stderr)
+        os.write(2, b"a C++ log line\n")
+        stream.write("progress\n")
+        text, caught = read()
+    assert [str(w.message) for w in caught] == ["Apex is not installed"]
+    assert "a torch log line" in text and "a C++ log line" in text
+    assert capfd.readouterr().err == "progress\n"
+
+    with pytest.raises(RuntimeError), _held_back_stderr(record_warnings=True):
+        warnings.warn("Apex is not installed", UserWarning)
+        os.write(2, b"why it failed\n")
+        raise RuntimeError("the demo failed")
+    err = capfd.readouterr().err
+    assert "UserWarning: Apex is not installed" in err and "why it failed" in err
