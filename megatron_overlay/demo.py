@@ -212,4 +212,4 @@ def _report(args, results, device) -> None:
     print(f"max |entropy diff|   = {(fused.entropy - ref.entropy).abs().max().item():.3e}")
     print(f"peak memory: the most bytes torch's allocator held above the start of one "
           f"fwd+bwd step (activations, gradients, scratch); the logits tensor alone is "
-          f"{BATCH * seq * args.vocab * 4 / 2**20:.0f} MiB in fp32")
+          f"{BATCH * seq * args.vocab * 4 / 2**20:.4g} MiB in fp32")
