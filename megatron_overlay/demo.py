@@ -189,13 +189,18 @@ def _report(args, results, device) -> None:
     from .demo_measure import BATCH, NUM_LAYERS, PATHS, median_ms
 
     seq = args.tokens // BATCH
-    where = device.type
+    where, busy = device.type, ""
     if device.type == "cpu":
         import torch
 
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        where = (f"cpu, {torch.get_num_threads()} threads, {os.cpu_count()} cores, "
-                 f"1-min load average {load:.1f}")
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        cores, threads = os.cpu_count() or 1, torch.get_num_threads()
+        where = f"cpu, {threads} threads, {cores} cores, 1-min load average {load:.1f}"
+        if load > cores and threads > 1:
+            # measured on the project's shared 2-core machine (README, "The two commands"):
+            # with 2 threads a step stalls whenever another process takes a core
+            busy = (f"note: this machine is busy (load {load:.1f} on {cores} cores), so the "
+                    f"times vary from run to run; OMP_NUM_THREADS=1 gives steadier ones")
     print(f"\nGPTModel: {NUM_LAYERS} layers, hidden {args.hidden}, vocab {args.vocab}, "
           f"{BATCH}x{seq} tokens, fp32, temperature {args.temperature}; on {where}")
     print(f"{'path':<21}{'fwd+bwd median':>15}{f'(min-max of {args.repeats})':>22}"
@@ -213,3 +218,5 @@ def _report(args, results, device) -> None:
     print(f"peak memory: the most bytes torch's allocator held above the start of one "
           f"fwd+bwd step (activations, gradients, scratch); the logits tensor alone is "
           f"{BATCH * seq * args.vocab * 4 / 2**20:.4g} MiB in fp32")
+    if busy:
+        print(busy)
