@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 DEFAULT_IGNORE_INDEX = -100
 
@@ -32,18 +31,6 @@ class LogprobParams:
     @property
     def inv_temperature(self) -> float:
         return 1.0 / float(self.temperature)
-
-    @classmethod
-    def from_context(cls, context: Any) -> "LogprobParams":
-        """From the hook's ``context``: None, a mapping, or an object with attributes."""
-        if context is None:
-            return cls()
-        names = ("temperature", "return_entropy", "ignore_index", "strict_labels")
-        if isinstance(context, Mapping):
-            values = {n: context[n] for n in names if n in context}
-        else:
-            values = {n: getattr(context, n) for n in names if hasattr(context, n)}
-        return cls(**values)
 
 
 def validate_temperature(temperature) -> None:

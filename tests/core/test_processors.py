@@ -98,6 +98,7 @@ ERRORS = {
     "label_shape": ("ValueError", "labels must be [batch, seq]"),
     "label_dtype": ("TypeError", "labels must be an int64 tensor"),
     "unknown_name": ("ValueError", "known: fused_ce_loss, fused_logprob, logits"),
+    "misspelled_context_key": ("ValueError", "'temprature' (did you mean 'temperature'?)"),
 }
 
 
