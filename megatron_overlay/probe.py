@@ -131,9 +131,9 @@ def _raise_no_name_lookup(model, name: str, func) -> None:
         fix = _reinstall(st)
     else:
         fix = (f"run `megatron-overlay patch` in this environment; or install the overlay's "
-               f"patched wheel (`megatron-overlay wheel {release}`, then `pip install "
-               f"--force-reinstall --no-deps wheelhouse/megatron_core-{release}+overlay.1-"
-               f"*.whl`)")
+               f"patched wheel (`megatron-overlay wheel {release} --out wheelhouse`, then "
+               f"`pip install --force-reinstall --no-deps --find-links wheelhouse "
+               f"megatron-core=={release}`)")
     raise RuntimeError(
         f"output_processor={name!r} is a name, which needs the overlay's name lookup in the "
         f"core, and {_where(st)} does not have it (an upstream 0.18+ core calls the string "
