@@ -129,12 +129,17 @@ def main(argv: list[str] | None = None) -> int:
     wheel.add_argument("--platform", help="download for this platform tag "
                                           "(e.g. manylinux_2_28_x86_64)")
     wheel.set_defaults(func=_cmd_wheel)
-    demo = sub.add_parser("demo", help="fused_logprob vs materialized logits on a small GPTModel")
-    demo.add_argument("--tokens", type=int, default=2048)
-    demo.add_argument("--vocab", type=int, default=32000)
-    demo.add_argument("--hidden", type=int, default=256)
-    demo.add_argument("--temperature", type=float, default=0.7)
-    demo.set_defaults(func=_cmd_demo)
+    from . import demo  # its options only: torch is imported when the demo runs
+
+    demo_cmd = sub.add_parser(
+        "demo", help="fused_logprob vs materialized logits on a small GPTModel",
+        description="Build megatron's GPTModel (2 layers, random weights; on the GPU when "
+                    "there is one) and compare forward+backward through "
+                    "output_processor='fused_logprob' with the materialized logits: "
+                    "results, time and peak memory.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    demo.add_arguments(demo_cmd)
+    demo_cmd.set_defaults(func=_cmd_demo)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 from .temperature import validate_temperature  # noqa: F401  (also re-exported from here)
 
@@ -39,16 +38,4 @@ class LogprobParams:
             raise TypeError("inv_temperature is defined for a float temperature only; use "
                             "ops.temperature.inverse_temperature for a tensor")
         return 1.0 / float(self.temperature)
-
-    @classmethod
-    def from_context(cls, context: Any) -> "LogprobParams":
-        """From the hook's ``context``: None, a mapping, or an object with attributes."""
-        if context is None:
-            return cls()
-        names = ("temperature", "return_entropy", "ignore_index", "strict_labels")
-        if isinstance(context, Mapping):
-            values = {n: context[n] for n in names if n in context}
-        else:
-            values = {n: getattr(context, n) for n in names if hasattr(context, n)}
-        return cls(**values)
 

@@ -19,9 +19,16 @@ from typing import Any, NamedTuple
 import torch
 
 from ..ops.linear_logprob import LinearLogprobEntropy, validate_inputs
-from ..ops.params import LogprobParams
+from ..ops.params import DEFAULT_IGNORE_INDEX, LogprobParams
 from ..ops.temperature import rows_from_batch_seq
+from .context import read_context
 from .registry import register
+
+# the output_processor_context keys each processor accepts, with their defaults
+FUSED_LOGPROB_KEYS = {"temperature": 1.0, "return_entropy": True,
+                      "ignore_index": DEFAULT_IGNORE_INDEX, "strict_labels": None}
+FUSED_CE_LOSS_KEYS = {"temperature": 1.0, "ignore_index": DEFAULT_IGNORE_INDEX,
+                      "strict_labels": None}
 
 
 class FieldAccess:
@@ -156,9 +163,9 @@ def fused_logprob(
     context: None, a mapping or an object with ``temperature`` (default 1.0; a float, or a
     [b] / [b, s] tensor of per-sample / per-token temperatures), ``return_entropy``
     (default True), ``ignore_index`` (default -100) and ``strict_labels`` (default None:
-    see ops/label_check.py).
+    see ops/label_check.py); a mapping with any other key is refused (see :mod:`.context`).
     """
-    params = LogprobParams.from_context(context)
+    params = LogprobParams(**read_context(context, FUSED_LOGPROB_KEYS, "fused_logprob"))
     _require_labels(labels, "fused_logprob",
                     "or use output_processor='logits' (or none) to get the logits")
     log_probs, entropy = _run_fused(hidden_states, output_layer, output_weight, labels,
@@ -177,8 +184,8 @@ def fused_ce_loss(
     The same as the default path's loss at temperature 1; context may set ``temperature``
     ``ignore_index`` and ``strict_labels``. Entropy is not computed.
     """
-    base = LogprobParams.from_context(context)
-    params = replace(base, return_entropy=False)
+    params = LogprobParams(return_entropy=False,
+                           **read_context(context, FUSED_CE_LOSS_KEYS, "fused_ce_loss"))
     _require_labels(labels, "fused_ce_loss", "or use output_processor='logits' for logits")
     log_probs, _ = _run_fused(hidden_states, output_layer, output_weight, labels,
                               scale_logits, params)

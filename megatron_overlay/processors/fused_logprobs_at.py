@@ -13,36 +13,18 @@ upstream 0.18+ core.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 import torch
 
 from ..ops.linear_logprob import validate_matrices
 from ..ops.linear_logprobs_at import LinearLogprobsAt, validate_token_ids
 from ..ops.params import LogprobParams
+from .context import REQUIRED, read_context
 from .fused_logprob import FieldAccess, flatten_inputs
 from .registry import register
 
-CONTEXT_KEYS = ("token_ids", "temperature", "return_entropy")
-
-
-def read_context(context: Any) -> dict:
-    """This processor's options from ``context``: a mapping or an object with attributes;
-    a mapping's unknown keys raise (they are typos, not options)."""
-    if isinstance(context, Mapping):
-        unknown = sorted(set(context) - set(CONTEXT_KEYS))
-        if unknown:
-            raise ValueError(f"fused_logprobs_at got unknown context key(s) {unknown}; "
-                             f"accepted: {', '.join(CONTEXT_KEYS)}")
-        values = dict(context)
-    elif context is None:
-        values = {}
-    else:
-        values = {n: getattr(context, n) for n in CONTEXT_KEYS if hasattr(context, n)}
-    if "token_ids" not in values:
-        raise ValueError("fused_logprobs_at needs token_ids: pass output_processor_context="
-                         "{'token_ids': <[batch, seq, k] int64 vocab ids>}")
-    return values
+# the output_processor_context keys this processor accepts, with their defaults
+FUSED_LOGPROBS_AT_KEYS = {"token_ids": REQUIRED, "temperature": 1.0, "return_entropy": False}
 
 
 @dataclass
@@ -74,14 +56,15 @@ def fused_logprobs_at(
     """Log-probs of softmax(logits / temperature) at ``token_ids``, fused; labels unused.
 
     context: ``token_ids`` ([b, s, k] int64, required), ``temperature`` (default 1.0;
-    float, or [b] / [b, s] tensor), ``return_entropy`` (default False).
+    float, or [b] / [b, s] tensor), ``return_entropy`` (default False); a mapping with any
+    other key is refused (see :mod:`.context`).
     """
-    options = read_context(context)
-    params = LogprobParams(temperature=options.get("temperature", 1.0),
-                           return_entropy=options.get("return_entropy", False))
+    options = read_context(context, FUSED_LOGPROBS_AT_KEYS, "fused_logprobs_at")
+    token_ids = options.pop("token_ids")
+    params = LogprobParams(**options)
     flat = flatten_inputs(hidden_states, output_layer, output_weight, scale_logits,
                           params.temperature)
-    token_ids = _flat_token_ids(options["token_ids"], flat.batch, flat.seq)
+    token_ids = _flat_token_ids(token_ids, flat.batch, flat.seq)
     validate_matrices(flat.hidden, flat.weight)
     validate_token_ids(token_ids, flat.hidden.shape[0], flat.vocab_size, flat.hidden.device)
     params = LogprobParams(temperature=flat.temperature, return_entropy=params.return_entropy)

@@ -15,36 +15,19 @@ megatron-core 0.18's hook signature: pass the function itself on an upstream 0.1
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
 
 import torch
 
 from ..ops.linear_logprob import validate_inputs, validate_matrices
 from ..ops.linear_topk import LinearTopkLogprobs, validate_k
 from ..ops.params import DEFAULT_IGNORE_INDEX, LogprobParams
+from .context import REQUIRED, read_context
 from .fused_logprob import FieldAccess, flatten_inputs
 from .registry import register
 
-CONTEXT_KEYS = ("k", "temperature", "return_entropy", "ignore_index", "strict_labels")
-
-
-def read_context(context: Any) -> dict:
-    """This processor's options from ``context``: None, a mapping or an object with
-    attributes; a mapping's unknown keys raise (they are typos, not options)."""
-    if context is None:
-        values = {}
-    elif isinstance(context, Mapping):
-        unknown = sorted(set(context) - set(CONTEXT_KEYS))
-        if unknown:
-            raise ValueError(f"fused_topk_logprobs got unknown context key(s) {unknown}; "
-                             f"accepted: {', '.join(CONTEXT_KEYS)}")
-        values = dict(context)
-    else:
-        values = {n: getattr(context, n) for n in CONTEXT_KEYS if hasattr(context, n)}
-    if "k" not in values:
-        raise ValueError("fused_topk_logprobs needs k: pass output_processor_context="
-                         "{'k': <1..256>} (and optionally 'temperature')")
-    return values
+# the output_processor_context keys this processor accepts, with their defaults
+FUSED_TOPK_KEYS = {"k": REQUIRED, "temperature": 1.0, "return_entropy": True,
+                   "ignore_index": DEFAULT_IGNORE_INDEX, "strict_labels": None}
 
 
 @dataclass
@@ -69,14 +52,12 @@ def fused_topk_logprobs(
 
     context: ``k`` (int, required, 1 <= k <= 256 and <= vocab), ``temperature`` (default
     1.0; float, or [b] / [b, s] tensor), ``return_entropy`` (default True, with labels),
-    ``ignore_index`` (default -100), ``strict_labels`` (default None: ops/label_check.py).
+    ``ignore_index`` (default -100), ``strict_labels`` (default None: ops/label_check.py);
+    a mapping with any other key is refused (see :mod:`.context`).
     """
-    options = read_context(context)
-    k = options["k"]
-    params = LogprobParams(temperature=options.get("temperature", 1.0),
-                           return_entropy=options.get("return_entropy", True),
-                           ignore_index=options.get("ignore_index", DEFAULT_IGNORE_INDEX),
-                           strict_labels=options.get("strict_labels"))
+    options = read_context(context, FUSED_TOPK_KEYS, "fused_topk_logprobs")
+    k = options.pop("k")
+    params = LogprobParams(**options)
     flat = flatten_inputs(hidden_states, output_layer, output_weight, scale_logits,
                           params.temperature)
     params = replace(params, temperature=flat.temperature,

@@ -3,8 +3,9 @@
 A processor is any callable with megatron-core 0.18's ``output_processor`` signature (16
 keyword arguments). Built-ins register themselves on import; third-party packages register
 through the ``megatron_overlay.output_processors`` entry-point group
-(``name = "package.module:callable"``). The overlay core's forward calls :func:`resolve`
-when it is given a string, so a name works wherever a callable does.
+(``name = "package.module:callable"``), imported only when their name is first resolved,
+so a broken plugin never breaks another name. The overlay core's forward calls
+:func:`resolve` when it is given a string, so a name works wherever a callable does.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import importlib.metadata
 from typing import Callable
 
 ENTRY_POINT_GROUP = "megatron_overlay.output_processors"
-_REGISTRY: dict[str, Callable] = {}
+_REGISTRY: dict[str, Callable] = {}  # built-ins, register()ed and already-loaded plugins
+_ENTRY_POINTS: dict[str, importlib.metadata.EntryPoint] | None = None  # found, not loaded
 _BUILTINS_LOADED = False
 
 
@@ -32,37 +34,73 @@ def register(name: str):
     return decorator
 
 
-def _load() -> None:
+def _load_builtins() -> None:
     global _BUILTINS_LOADED
-    if _BUILTINS_LOADED:
-        return
-    _BUILTINS_LOADED = True
-    from . import builtin  # noqa: F401  (registers the built-ins)
+    if not _BUILTINS_LOADED:
+        _BUILTINS_LOADED = True
+        from . import builtin  # noqa: F401  (registers the built-ins)
 
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if entry.name not in _REGISTRY:
-            _REGISTRY[entry.name] = entry.load()
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    """The group's entry points by name, found from metadata; none is imported here, so a
+    broken plugin can only break its own name (the first distribution found wins a name)."""
+    global _ENTRY_POINTS
+    if _ENTRY_POINTS is None:
+        found: dict[str, importlib.metadata.EntryPoint] = {}
+        for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            found.setdefault(entry.name, entry)
+        _ENTRY_POINTS = found
+    return _ENTRY_POINTS
+
+
+def _describe(entry: importlib.metadata.EntryPoint) -> str:
+    dist = getattr(entry, "dist", None)
+    where = f"distribution {dist.name} {dist.version}" if dist is not None else "a distribution"
+    return (f"the entry point `{entry.name} = {entry.value}` of {where} "
+            f"(group {ENTRY_POINT_GROUP!r})")
+
+
+def _load_entry_point(entry: importlib.metadata.EntryPoint) -> Callable:
+    try:
+        func = entry.load()
+    except Exception as err:
+        raise RuntimeError(
+            f"output processor {entry.name!r} could not be loaded from {_describe(entry)}: "
+            f"{type(err).__name__}: {err}. Fix or uninstall that package; other processor "
+            f"names are unaffected") from err
+    if not callable(func):
+        raise TypeError(f"output processor {entry.name!r} from {_describe(entry)} is a "
+                        f"{type(func).__name__}, not a callable")
+    _REGISTRY[entry.name] = func
+    return func
 
 
 def available() -> list[str]:
-    """The names :func:`resolve` accepts."""
-    _load()
-    return sorted(_REGISTRY)
+    """The names :func:`resolve` accepts (plugins are listed without being imported)."""
+    _load_builtins()
+    return sorted(set(_REGISTRY) | set(_entry_points()))
 
 
 def resolve(name_or_callable) -> Callable:
-    """A processor from its registered name; a callable is returned as it is."""
+    """A processor from its registered name; a callable is returned as it is.
+
+    Built-ins and ``register()``-ed names come first; a name only an entry point provides
+    is imported the first time it is asked for.
+    """
     if callable(name_or_callable):
         return name_or_callable
     if not isinstance(name_or_callable, str):
         raise TypeError(
             f"output_processor must be a callable or a registered name (str), "
             f"got {type(name_or_callable).__name__}")
-    _load()
-    try:
-        return _REGISTRY[name_or_callable]
-    except KeyError:
-        raise ValueError(
-            f"unknown output_processor {name_or_callable!r}; known: {', '.join(available())}. "
-            f"Register one with @megatron_overlay.processors.register(name) or the "
-            f"{ENTRY_POINT_GROUP!r} entry-point group") from None
+    _load_builtins()
+    func = _REGISTRY.get(name_or_callable)
+    if func is not None:
+        return func
+    entry = _entry_points().get(name_or_callable)
+    if entry is not None:
+        return _load_entry_point(entry)
+    raise ValueError(
+        f"unknown output_processor {name_or_callable!r}; known: {', '.join(available())}. "
+        f"Register one with @megatron_overlay.processors.register(name) or the "
+        f"{ENTRY_POINT_GROUP!r} entry-point group")

@@ -101,19 +101,22 @@ def test_topk_ties_across_vocab_shards_go_to_the_lower_id(runs):
 
 
 ERRORS = {
-    "k_missing": ("ValueError", "fused_topk_logprobs needs k"),
+    "k_missing": ("ValueError", "fused_topk_logprobs needs output_processor_context key(s) "
+                                "'k'"),
     "k_zero": ("ValueError", "k must satisfy 1 <= k <= 256"),
     "k_too_big": ("ValueError", "k must satisfy 1 <= k <= 256"),
     "k_above_vocab": ("ValueError", "k <= vocab size (128)"),
     "k_float": ("TypeError", "k must be an int"),
-    "topk_unknown_key": ("ValueError", "unknown context key(s) ['temprature']; accepted: k, "
-                                       "temperature, return_entropy, ignore_index"),
-    "ids_missing": ("ValueError", "fused_logprobs_at needs token_ids"),
+    "topk_unknown_key": ("ValueError", "fused_topk_logprobs: unknown output_processor_context "
+                                       "key(s) 'temprature' (did you mean 'temperature'?)"),
+    "ids_missing": ("ValueError", "fused_logprobs_at needs output_processor_context key(s) "
+                                  "'token_ids'"),
     "ids_too_big": ("ValueError", "token_ids out of range: ids must lie in [0, 128)"),
     "ids_negative": ("ValueError", "token_ids out of range"),
     "ids_shape": ("ValueError", "token_ids must be [batch, seq, k]"),
     "ids_dtype": ("TypeError", "token_ids must be an int64 tensor"),
-    "at_unknown_key": ("ValueError", "unknown context key(s) ['k']"),
+    "at_unknown_key": ("ValueError", "fused_logprobs_at: unknown output_processor_context "
+                                     "key(s) 'k'"),
     "temperature_shape": ("ValueError", "a [batch, seq] = [2, 32] tensor (per token)"),
     "temperature_zero_entry": ("ValueError", "temperature must be finite and > 0 everywhere, "
                                              "got 0.0 at flat index 3"),

@@ -99,6 +99,7 @@ ERRORS = {
     "label_dtype": ("TypeError", "labels must be an int64 tensor"),
     "unknown_name": ("ValueError", "known: fused_ce_loss, fused_logprob, fused_logprobs_at, "
                               "fused_topk_logprobs, logits"),
+    "misspelled_context_key": ("ValueError", "'temprature' (did you mean 'temperature'?)"),
 }
 
 

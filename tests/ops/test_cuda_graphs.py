@@ -123,16 +123,15 @@ def test_bad_labels_on_cuda_raise_later_naming_them():
 def test_fused_logprob_in_gptmodel_forward_capture():
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
     from megatron_overlay.processors.fused_logprob import fused_logprob
-    from tests.support import gpt_cpu
+    from tools import gpt_setup
 
-    cfg = gpt_cpu.ModelConfig(vocab=8192, hidden=256, layers=2, heads=4, seq=256, batch=2,
+    cfg = gpt_setup.ModelConfig(vocab=8192, hidden=256, layers=2, heads=4, seq=256, batch=2,
                               dtype=torch.bfloat16)
-    gpt_cpu.init_distributed(0, 1, gpt_cpu.free_port(), 1, device="cuda")
+    gpt_setup.init_distributed(0, 1, gpt_setup.free_port(), 1, device="cuda")
     try:
-        # bf16 throughout (the test helper's torch norms are built in fp32)
-        model = gpt_cpu.build_model(cfg).cuda().to(torch.bfloat16).eval()
+        model = gpt_setup.build_model(cfg, device="cuda").eval()  # bf16 throughout
         input_ids, position_ids, mask, labels, _ = (
-            t.cuda() for t in gpt_cpu.batch(cfg))
+            t.cuda() for t in gpt_setup.batch(cfg))
         context = {"temperature": 0.7}
 
         def forward():
@@ -151,4 +150,4 @@ def test_fused_logprob_in_gptmodel_forward_capture():
             ref_lp, ref_ent = forward()
             assert torch.equal(lp, ref_lp) and torch.equal(ent, ref_ent)
     finally:
-        gpt_cpu.shutdown()
+        gpt_setup.shutdown()

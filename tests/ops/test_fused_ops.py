@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from megatron_overlay.ops import LogprobParams, linear_logprob_entropy, torch_chunked
+from megatron_overlay.ops import linear_logprob_entropy, torch_chunked
 
 IGNORE = -100
 
@@ -202,10 +202,3 @@ def test_bad_inputs_raise(mutate, error, text):
     with pytest.raises(error, match=text):
         linear_logprob_entropy(hidden, weight, labels)
 
-
-def test_params_from_context_forms():
-    assert LogprobParams.from_context(None) == LogprobParams()
-    assert LogprobParams.from_context({"temperature": 0.5}).temperature == 0.5
-    obj = type("Ctx", (), {"temperature": 2.0, "return_entropy": False})()
-    params = LogprobParams.from_context(obj)
-    assert params.temperature == 2.0 and params.return_entropy is False

@@ -49,7 +49,11 @@ def test_strict_mode_from_argument_or_environment(monkeypatch):
     monkeypatch.setenv(label_check.STRICT_ENV, "1")
     assert label_check.strict_mode(None)
     assert not label_check.strict_mode(False)  # the argument wins
-    assert LogprobParams.from_context({"strict_labels": True}).strict_labels is True
+    from megatron_overlay.processors.context import read_context
+    from megatron_overlay.processors.fused_logprob import FUSED_LOGPROB_KEYS
+
+    context = read_context({"strict_labels": True}, FUSED_LOGPROB_KEYS, "fused_logprob")
+    assert LogprobParams(**context).strict_labels is True
     with pytest.raises(TypeError, match="strict_labels"):
         LogprobParams(strict_labels="yes")
 

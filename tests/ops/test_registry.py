@@ -50,23 +50,72 @@ def test_register_and_conflicts():
         processors.register("")
 
 
+def _fake_distribution(site, dist_name: str, module: str, source: str, entries: dict) -> None:
+    """A module plus an installed-looking dist-info declaring ``entries`` (name -> target)."""
+    (site / f"{module}.py").write_text(textwrap.dedent(source))
+    dist = site / f"{dist_name.replace('-', '_')}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: 1.0\n")
+    lines = "".join(f"{name} = {target}\n" for name, target in entries.items())
+    (dist / "entry_points.txt").write_text(f"[{processors.ENTRY_POINT_GROUP}]\n{lines}")
+
+
+def _run_with(site, script: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(site), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env,
+                          capture_output=True, text=True)
+
+
 def test_entry_point_group_registers_third_party_processors(tmp_path):
     """A package declaring `megatron_overlay.output_processors` is resolvable by name."""
-    (tmp_path / "thirdparty_proc.py").write_text(textwrap.dedent("""
+    _fake_distribution(tmp_path, "thirdparty-proc", "thirdparty_proc", """
         def my_processor(**kwargs):
             return "from the entry point"
-    """))
-    dist = tmp_path / "thirdparty_proc-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-proc\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(
-        f"[{processors.ENTRY_POINT_GROUP}]\nthird_party = thirdparty_proc:my_processor\n")
-    script = ("from megatron_overlay.processors import resolve, available\n"
-              "assert 'third_party' in available()\n"
-              "print(resolve('third_party')())\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True)
+    """, {"third_party": "thirdparty_proc:my_processor"})
+    out = _run_with(tmp_path, """
+        from megatron_overlay.processors import resolve, available
+        assert 'third_party' in available()
+        print(resolve('third_party')())
+    """)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "from the entry point"
+
+
+def test_a_broken_plugin_breaks_only_its_own_names(tmp_path):
+    """Entry points are imported by name when asked for: a plugin whose import fails (or
+    whose target is not callable) leaves the built-ins and other plugins working, and its
+    own names raise an error naming the distribution and the entry point."""
+    _fake_distribution(tmp_path, "broken-plugin", "broken_plugin", """
+        raise ImportError("needs libfoo.so, which is not installed")
+    """, {"broken": "broken_plugin:proc"})
+    _fake_distribution(tmp_path, "odd-plugin", "odd_plugin", """
+        NOT_A_FUNCTION = 42
+    """, {"odd": "odd_plugin:NOT_A_FUNCTION"})
+    _fake_distribution(tmp_path, "good-plugin", "good_plugin", """
+        def proc(**kwargs):
+            return "good"
+    """, {"good": "good_plugin:proc"})
+    out = _run_with(tmp_path, """
+        import sys
+        from megatron_overlay.processors import available, resolve
+        assert resolve("fused_logprob").__name__ == "fused_logprob"
+        assert {"broken", "odd", "good", "fused_logprob"} <= set(available())
+        assert "broken_plugin" not in sys.modules  # listed, not imported
+        assert resolve("good")() == "good"
+        for name in ("broken", "odd"):
+            try:
+                resolve(name)
+            except Exception as err:
+                print(f"{name}|{type(err).__name__}|{err}")
+        assert resolve("logits").__name__ == "logits"
+    """)
+    assert out.returncode == 0, out.stderr
+    errors = {line.split("|")[0]: line.split("|")[1:] for line in out.stdout.splitlines()}
+    kind, message = errors["broken"]
+    assert kind == "RuntimeError"
+    assert "`broken = broken_plugin:proc` of distribution broken-plugin 1.0" in message
+    assert "needs libfoo.so" in message and "uninstall" in message
+    kind, message = errors["odd"]
+    assert kind == "TypeError"
+    assert "distribution odd-plugin 1.0" in message and "not a callable" in message

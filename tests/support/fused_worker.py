@@ -138,6 +138,7 @@ def collect_errors(cfg: gpt_setup.ModelConfig) -> dict:
         "label_shape": dict(labels=labels[:, :-1], ctx=None),
         "label_dtype": dict(labels=labels.float(), ctx=None),
         "unknown_name": dict(labels=labels, ctx=None, processor="no_such_processor"),
+        "misspelled_context_key": dict(labels=labels, ctx={"temprature": 0.7}),
     }
     errors = {}
     for name, case in cases.items():

@@ -1,0 +1,53 @@
+"""Ask ``require_output_processor`` about a real tiny GPTModel, then try the same calls.
+
+    PYTHONPATH=CORE_TREE:REPO python probe_worker.py
+
+Which megatron is imported is decided by PYTHONPATH (an upstream or a patched tree). For
+each processor (none, the ``fused_logprob`` callable, the name ``"fused_logprob"``, an
+unknown name) prints one JSON line: what the probe raised, and what the model's forward
+itself then did with that processor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from tests.support import gpt_cpu  # noqa: E402
+
+
+def _outcome(call) -> list[str]:
+    try:
+        call()
+        return ["ok", ""]
+    except Exception as err:  # the kind and the message are what the test compares
+        return [type(err).__name__, str(err)]
+
+
+def main() -> None:
+    from megatron_overlay import require_output_processor
+    from megatron_overlay.processors.fused_logprob import fused_logprob
+
+    gpt_cpu.init_distributed(0, 1, gpt_cpu.free_port(), 1)
+    cfg = gpt_cpu.ModelConfig()
+    model = gpt_cpu.build_model(cfg)
+    input_ids, position_ids, mask, labels, _ = gpt_cpu.batch(cfg)
+    results = {}
+    for case, processor in [("none", None), ("callable", fused_logprob),
+                            ("name", "fused_logprob"), ("unknown_name", "fused_logporb")]:
+        hook = {} if processor is None else dict(output_processor=processor,
+                                                  output_processor_context={"temperature": 0.7})
+        results[case] = {
+            "probe": _outcome(lambda: require_output_processor(model, processor=processor)),
+            "forward": _outcome(lambda: model(input_ids, position_ids, mask, labels=labels,
+                                              **hook)),
+        }
+    print(json.dumps(results))
+    gpt_cpu.shutdown()
+
+
+if __name__ == "__main__":
+    main()
