@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tests.support import gpt_cpu  # noqa: E402
+from tools import gpt_setup  # noqa: E402
 
 
 def _outcome(call) -> list[str]:
@@ -31,10 +31,10 @@ def main() -> None:
     from megatron_overlay import require_output_processor
     from megatron_overlay.processors.fused_logprob import fused_logprob
 
-    gpt_cpu.init_distributed(0, 1, gpt_cpu.free_port(), 1)
-    cfg = gpt_cpu.ModelConfig()
-    model = gpt_cpu.build_model(cfg)
-    input_ids, position_ids, mask, labels, _ = gpt_cpu.batch(cfg)
+    gpt_setup.init_distributed(0, 1, gpt_setup.free_port(), 1)
+    cfg = gpt_setup.ModelConfig()
+    model = gpt_setup.build_model(cfg)
+    input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
     results = {}
     for case, processor in [("none", None), ("callable", fused_logprob),
                             ("name", "fused_logprob"), ("unknown_name", "fused_logporb")]:
@@ -46,7 +46,7 @@ def main() -> None:
                                               **hook)),
         }
     print(json.dumps(results))
-    gpt_cpu.shutdown()
+    gpt_setup.shutdown()
 
 
 if __name__ == "__main__":
