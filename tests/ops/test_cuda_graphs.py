@@ -129,7 +129,10 @@ def test_fused_logprob_in_gptmodel_forward_capture():
                               dtype=torch.bfloat16)
     gpt_setup.init_distributed(0, 1, gpt_setup.free_port(), 1, device="cuda")
     try:
-        model = gpt_setup.build_model(cfg, device="cuda").eval()  # bf16 throughout
+        # Built on the CPU (megatron's inference RNG tracker: fork is a no-op), then moved:
+        # megatron's CUDA RNG tracker forks with set_state, which graph capture refuses
+        # (megatron's own CUDA graphs swap in a graph-safe tracker); not the op's concern.
+        model = gpt_setup.build_model(cfg).cuda().eval()  # bf16 throughout
         input_ids, position_ids, mask, labels, _ = (
             t.cuda() for t in gpt_setup.batch(cfg))
         context = {"temperature": 0.7}
