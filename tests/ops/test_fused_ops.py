@@ -134,31 +134,21 @@ def test_chunking_never_changes_the_result(n, h, v, token_chunk, vocab_chunk, te
     assert close(dh, dh_ref) and close(dw, dw_ref)
 
 
-_PEAK_SCRIPT = """
-import sys, torch
-from megatron_overlay.ops import linear_logprob_entropy
-from megatron_overlay.utils.memory import PeakMemory
-n, v, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-hidden, weight = torch.randn(n, 64), torch.randn(v, 64)
-labels = torch.randint(0, v, (n,))
-with torch.no_grad(), PeakMemory("cpu") as peak:
-    if mode == "fused":
-        linear_logprob_entropy(hidden, weight, labels, temperature=0.7)
-    else:
-        logp = torch.log_softmax((hidden @ weight.T) / 0.7, dim=-1)
-        logp.gather(1, labels[:, None]); (logp.exp() * logp).sum(-1)
-print(peak.extra_bytes)
-"""
-
-
 def _peak_extra(n: int, vocab: int, mode: str) -> int:
-    """Peak RSS above the inputs, in a fresh process (RSS peaks never go down)."""
-    import subprocess
-    import sys
+    """Peak of live allocator bytes above the inputs (torch's profiler: deterministic,
+    unlike the process's RSS, which depends on what malloc kept from earlier work)."""
+    from megatron_overlay.utils.memory import PeakTensorMemory
 
-    out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(n), str(vocab), mode],
-                         capture_output=True, text=True, check=True)
-    return int(out.stdout.strip().splitlines()[-1])
+    hidden, weight = torch.randn(n, 64), torch.randn(vocab, 64)
+    labels = torch.randint(0, vocab, (n,))
+    with torch.no_grad(), PeakTensorMemory("cpu") as peak:
+        if mode == "fused":
+            linear_logprob_entropy(hidden, weight, labels, temperature=0.7)
+        else:
+            logp = torch.log_softmax((hidden @ weight.T) / 0.7, dim=-1)
+            logp.gather(1, labels[:, None])
+            (logp.exp() * logp).sum(-1)
+    return peak.extra_bytes
 
 
 def test_forward_memory_does_not_grow_with_vocab():
