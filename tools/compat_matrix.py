@@ -60,7 +60,9 @@ def venv_python(release: str) -> Path:
 
 
 def run_release(release: str, work: Path, cache: Path) -> dict:
-    row = {"release": release, "env": family_env(release)}
+    row = {"release": release, "env": family_env(release),
+           "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                                    capture_output=True, text=True).stdout.strip()}
     python = venv_python(release)
     row["python"] = subprocess.run([str(python), "-c", "import platform;print(platform."
                                     "python_version())"], capture_output=True,
@@ -139,15 +141,17 @@ def write_markdown(rows: list[dict]) -> None:
         "`gpt_model.py` is byte-identical).",
         "",
         "| release | Python | upstream state | in place: `patch` | patch set | "
-        "byte-compiled | verify | wheel: installed | verify | contract tests (on the wheel) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "byte-compiled | verify | wheel: installed | verify | contract tests (on the wheel) "
+        "| commit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in sorted(rows, key=lambda r: tuple(int(p) for p in r["release"].split("."))):
         lines.append(
             f"| {row['release']} | {row['python']} | {row['upstream_state']} | {row['state']} | "
             f"{row['patch_set']} | {'yes' if row['byte_compiled'] else 'NO'} | {row['verify']} "
             f"| {row.get('wheel_state', '-')} | {row.get('wheel_verify', '-')} "
-            f"| {'PASS' if row['tests_ok'] else 'FAIL'}: {row['tests']} |")
+            f"| {'PASS' if row['tests_ok'] else 'FAIL'}: {row['tests']} "
+            f"| {row.get('commit', '?')} |")
     OUT.write_text("\n".join(lines) + "\n")
 
 
