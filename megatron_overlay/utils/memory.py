@@ -78,33 +78,24 @@ class PeakMemory:
         return False
 
 
-class PeakTensorMemory:
+class PeakTensorMemory(PeakMemory):
     """``with PeakTensorMemory(device) as m: ...`` then ``m.extra_bytes``: the peak of live
     allocator bytes above the start (tensors and the ops' scratch), independent of what the
-    process's malloc keeps resident. On CPU it runs the block under torch's profiler
-    (slower: measure an untimed repeat)."""
-
-    def __init__(self, device: torch.device | str = "cpu"):
-        self.device = torch.device(device)
-        self.extra_bytes = 0
+    process's malloc keeps resident. On CUDA that is what PeakMemory reads; on CPU it runs
+    the block under torch's profiler (slower: measure an untimed repeat)."""
 
     def __enter__(self):
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self._start = torch.cuda.memory_allocated(self.device)
-        else:
-            from torch.profiler import ProfilerActivity, profile
+            return super().__enter__()
+        from torch.profiler import ProfilerActivity, profile
 
-            self._profile = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-            self._profile.__enter__()
+        self._profile = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self._profile.__enter__()
         return self
 
     def __exit__(self, *exc):
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            self.extra_bytes = max(0, torch.cuda.max_memory_allocated(self.device) - self._start)
-            return False
+            return super().__exit__(*exc)
         self._profile.__exit__(*exc)
         if exc[0] is None:
             self.extra_bytes = peak_of_allocations(self._profile)

@@ -15,6 +15,11 @@ IGNORE = -100
 def reference(hidden, weight, labels, temperature, ignore_index=IGNORE):
     """fp64, materialized logits: (log_probs, entropy), ignored tokens -> 0."""
     z = (hidden.double() @ weight.double().T) / temperature
+    return reference_from_z(z, labels, ignore_index)
+
+
+def reference_from_z(z, labels, ignore_index=IGNORE):
+    """(log_probs, entropy) of softmax(z) rows, ignored tokens -> 0."""
     logp = torch.log_softmax(z, dim=-1)
     valid = labels != ignore_index
     picked = logp.gather(1, torch.where(valid, labels, 0)[:, None]).squeeze(1)

@@ -9,7 +9,7 @@ from megatron_overlay.ops import linear_logprob_entropy, torch_chunked
 from megatron_overlay.ops.temperature import (check_temperature_values, inverse_temperature,
                                               rows_from_batch_seq)
 
-from .test_fused_ops import make, reference
+from .test_fused_ops import make, reference, reference_from_z
 
 
 def _grads_of(fn, hidden, weight, coeffs):
@@ -36,15 +36,6 @@ def test_per_token_temperature_matches_fp64_row_by_row():
     assert (ent.double() - rent).abs().max() <= 1e-5
     assert (dh.double() - rdh).abs().max() <= 1e-5 * rdh.abs().max()
     assert (dw.double() - rdw).abs().max() <= 1e-5 * rdw.abs().max()
-
-
-def reference_from_z(z, labels, ignore_index=-100):
-    logp = torch.log_softmax(z, dim=-1)
-    valid = labels != ignore_index
-    picked = logp.gather(1, torch.where(valid, labels, 0)[:, None]).squeeze(1)
-    entropy = -(logp.exp() * logp).sum(-1)
-    zero = torch.zeros_like(picked)
-    return torch.where(valid, picked, zero), torch.where(valid, entropy, zero)
 
 
 def test_uniform_tensor_equals_the_float_bitwise():
