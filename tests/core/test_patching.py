@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import venv
-from pathlib import Path
 
 import pytest
 from packaging.specifiers import SpecifierSet
@@ -16,7 +15,7 @@ from packaging.version import Version
 from megatron_overlay import patching
 from megatron_overlay.patching import transaction
 
-from .conftest import REPO, copy_core, tree_digest
+from .conftest import copy_core, tree_digest
 
 
 def test_installed_core_is_patched_by_setup(installed):

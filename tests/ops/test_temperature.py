@@ -9,7 +9,7 @@ from megatron_overlay.ops import linear_logprob_entropy, torch_chunked
 from megatron_overlay.ops.temperature import (check_temperature_values, inverse_temperature,
                                               rows_from_batch_seq)
 
-from .test_fused_ops import make, reference, reference_from_z
+from .test_fused_ops import make, reference_from_z
 
 
 def _grads_of(fn, hidden, weight, coeffs):
