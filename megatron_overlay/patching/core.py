@@ -129,10 +129,11 @@ def _judge(core: Core) -> Status:
     if patch_set is None:
         if _source_has_native_hook(core):
             base.state, base.hook = NATIVE, "native"
-            base.detail = (f"output_processor is built in, but the overlay has no patch set for "
-                           f"{core.release} (its files match none of "
-                           f"{', '.join(supported_releases())}): processor names do not "
-                           f"resolve; pass processors as callables, or upgrade megatron-overlay")
+            base.detail = (f"megatron-core {core.release} is not supported by the overlay's "
+                           f"name lookup: its files match no patch set (supported: "
+                           f"{', '.join(supported_releases())}). Its output_processor hook is "
+                           f"built in, so processors passed as callables work; names do not "
+                           f"resolve (upgrade megatron-overlay for them)")
         else:
             base.detail = (f"megatron-core {core.release} is not supported: its files match no "
                            f"patch set; supported releases: {', '.join(supported_releases())}")
@@ -314,7 +315,7 @@ def apply(site: str | os.PathLike | None = None) -> Status:
         if current.ready:
             return current
         if current.state == NATIVE and current.patch_set is None:
-            return current  # a native release the overlay has no patch set for
+            raise PatchError(current.detail)  # a native release no patch set matches
         patch_set = _writable_patch_set(current)
         _check_writable(core, patch_set)
         labelled = core.version == f"{core.release}+{LOCAL_LABEL}"
