@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -30,6 +31,18 @@ def upstream_wheel_of(release: str, python_version: str | None = None) -> Path:
     UPSTREAM_WHEELS.mkdir(parents=True, exist_ok=True)
     return wheel.download(release, UPSTREAM_WHEELS, python_version,
                           "manylinux_2_28_x86_64" if python_version else None)
+
+
+def patch_set_for(release: str) -> patching.PatchSet:
+    """The patch set serving ``release``: its own or, for a release without one (yanked
+    0.18.1, 0.19.1), the one whose files upstream's wheel of it has byte for byte."""
+    with zipfile.ZipFile(upstream_wheel_of(release)) as whl:
+        names = set(whl.namelist())
+        found = patching.match_patch_set(
+            release, lambda rel: hashlib.sha256(whl.read(rel)).hexdigest() if rel in names
+            else None)
+    assert found is not None, f"no patch set serves {release}"
+    return found
 
 
 def unpack(wheel_path: Path, dest: Path) -> Path:

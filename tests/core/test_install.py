@@ -22,7 +22,8 @@ import pytest
 from megatron_overlay import patching
 from megatron_overlay.patching import transaction
 
-from .conftest import REPO, SUPPORT, tree_digest, unpack, upstream_wheel_of
+from .conftest import (REPO, SUPPORT, patch_set_for, tree_digest, unpack,
+                       upstream_wheel_of)
 
 CLI = [sys.executable, "-m", "megatron_overlay.cli"]
 ENV = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="ignore")
@@ -92,7 +93,7 @@ def test_wheel_is_valid_and_named_for_the_pin(overlay_wheel, upstream, release):
         assert marker["installed_from"] == "wheel" and marker["release"] == release
         up_info = f"megatron_core-{release}.dist-info"
         assert whl.read(f"{info}/WHEEL") == up.read(f"{up_info}/WHEEL")  # same tags
-        touched = {f.path for f in patching.find_patch_set(release).files}
+        touched = {f.path for f in patch_set_for(release).files}
         for name in up.namelist():  # everything else is upstream's, byte for byte
             if name.startswith("megatron/") and name not in touched:
                 assert whl.read(name) == up.read(name), name
@@ -105,7 +106,7 @@ def test_wheel_build_is_reproducible(overlay_wheel, upstream, release, tmp_path)
 
 
 def test_wheel_refuses_a_modified_wheel_and_writes_nothing(upstream, release, tmp_path):
-    touched = patching.find_patch_set(release).files[0].path
+    touched = patch_set_for(release).files[0].path
     modified = tmp_path / upstream.name
     with zipfile.ZipFile(upstream) as src, zipfile.ZipFile(modified, "w") as dst:
         for info in src.infolist():
@@ -227,7 +228,7 @@ def test_unknown_core_is_refused_with_a_nonzero_exit(core_copy, release):
     meta = dist_info / "METADATA"
     meta.write_bytes(meta.read_bytes().replace(f"Version: {release}".encode(),
                                                b"Version: 0.99.0", 1))
-    gpt = core_copy / patching.find_patch_set(release).files[0].path
+    gpt = core_copy / patch_set_for(release).files[0].path
     gpt.write_bytes(gpt.read_bytes() + b"\n# not any release\n")
     before = tree_digest(core_copy)
     proc = cli("patch", "--site", core_copy, check_rc=2)
@@ -270,7 +271,7 @@ def test_concurrent_patch_runs_wait_and_find_the_work_done(core_copy, tmp_path):
 
 def minimal_site(release: str, dest: Path) -> Path:
     """Only what patching reads and writes: the dist-info and the patch set's files."""
-    touched = {f.path for f in patching.find_patch_set(release).files}
+    touched = {f.path for f in patch_set_for(release).files}
     with zipfile.ZipFile(upstream_wheel_of(release)) as whl:
         for name in whl.namelist():
             if name in touched or ".dist-info/" in name:

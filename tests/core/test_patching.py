@@ -15,7 +15,7 @@ from packaging.version import Version
 from megatron_overlay import patching
 from megatron_overlay.patching import transaction
 
-from .conftest import copy_core, tree_digest
+from .conftest import copy_core, patch_set_for, tree_digest
 
 
 def test_installed_core_is_patched_by_setup(installed):
@@ -32,7 +32,7 @@ def test_round_trip_is_byte_identical(core_copy):
     patched = patching.apply(core_copy)
     assert patched.name_lookup
     changed = {p for p, data in tree_digest(core_copy).items() if before.get(p) != data}
-    expected = {f.path for f in patching.find_patch_set(patched.release).files}
+    expected = {f.path for f in patch_set_for(patched.release).files}
     assert expected <= changed, "patched files did not change"
     assert all(p in expected or ".dist-info/" in p for p in changed), changed
     _assert_bytecode_fresh(core_copy, expected)
@@ -67,7 +67,7 @@ def test_patching_twice_is_a_noop(core_copy):
 
 def test_modified_core_is_refused_and_left_unchanged(core_copy):
     release = patching.status(core_copy).release
-    target = core_copy / patching.find_patch_set(release).files[0].path
+    target = core_copy / patch_set_for(release).files[0].path
     target.write_bytes(target.read_bytes() + b"\n# a local edit\n")
     before = tree_digest(core_copy)
     st = patching.status(core_copy)
@@ -142,7 +142,7 @@ def test_cli_status_json(installed):
     data = json.loads(proc.stdout)
     assert data["release"] == installed.release
     assert data["state"] in ("patched", "native")
-    assert data["patch_set"] == f"{installed.release}+overlay.1"
+    assert data["patch_set"] == patch_set_for(installed.release).patch_set_id
 
 
 def test_every_release_has_a_patch_set():
