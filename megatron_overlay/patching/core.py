@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import lock, transaction, unified_diff
-from .patch_sets import PatchSet, match_patch_set, supported_releases
+from .patch_sets import PatchSet, match_patch_set, nearest_mismatch, supported_releases
 
 DIST_NAME = "megatron-core"
 LOCAL_LABEL = "overlay.1"  # PEP 440 local label: 0.13.1+overlay.1 still satisfies ==0.13.1
@@ -127,16 +127,18 @@ def _judge(core: Core) -> Status:
     patch_set = match_patch_set(core.release, lambda rel: sha256_of(core.site / rel))
     interrupted = transaction.pending(core.dist_info / JOURNAL)
     if patch_set is None:
+        files = mismatch_note(core.release, lambda rel: sha256_of(core.site / rel))
         if _source_has_native_hook(core):
             base.state, base.hook = NATIVE, "native"
             base.detail = (f"megatron-core {core.release} is not supported by the overlay's "
-                           f"name lookup: its files match no patch set (supported: "
+                           f"name lookup: its files match no patch set{files} (supported: "
                            f"{', '.join(supported_releases())}). Its output_processor hook is "
                            f"built in, so processors passed as callables work; names do not "
                            f"resolve (upgrade megatron-overlay for them)")
         else:
             base.detail = (f"megatron-core {core.release} is not supported: its files match no "
-                           f"patch set; supported releases: {', '.join(supported_releases())}")
+                           f"patch set{files}; supported releases: "
+                           f"{', '.join(supported_releases())}")
         return base
 
     base.patch_set, base.hook = patch_set.patch_set_id, patch_set.hook
@@ -179,6 +181,14 @@ def _judge(core: Core) -> Status:
                 f"the next `megatron-overlay patch` removes them")
         base.detail = f"{base.detail}; {note}" if base.detail else note
     return base
+
+
+def mismatch_note(release: str, sha_of) -> str:
+    """" (<files> differ from <nearest release>'s)", for errors about unmatched cores."""
+    nearest = nearest_mismatch(release, sha_of)
+    if not nearest or not nearest[1]:
+        return ""
+    return f" ({', '.join(nearest[1])} differs from megatron-core {nearest[0]}'s)"
 
 
 def _marker_recorded(core: Core) -> bool:

@@ -67,6 +67,17 @@ def find_patch_set(release: str | None) -> PatchSet | None:
     )
 
 
+def _nearest_first(release: str | None) -> list[str]:
+    """Supported releases, nearest to ``release`` first: older ones, then newer ones."""
+    try:
+        key = _version_key(release)
+    except (AttributeError, TypeError, ValueError):
+        key = ()
+    older = [r for r in supported_releases() if _version_key(r) <= key]
+    newer = [r for r in supported_releases() if _version_key(r) > key]
+    return [*reversed(older), *newer]
+
+
 def match_patch_set(release: str | None, sha256_of: Callable[[str], str | None]
                     ) -> PatchSet | None:
     """The patch set for ``release``: its own, else one whose every file is, byte for byte,
@@ -76,15 +87,22 @@ def match_patch_set(release: str | None, sha256_of: Callable[[str], str | None]
     own = find_patch_set(release)
     if own is not None:
         return own
-    try:
-        key = _version_key(release)
-    except (AttributeError, ValueError):
-        key = ()
-    older = [r for r in supported_releases() if _version_key(r) <= key]
-    newer = [r for r in supported_releases() if _version_key(r) > key]
-    for candidate in [*reversed(older), *newer]:
+    for candidate in _nearest_first(release):
         patch_set = find_patch_set(candidate)
         if all(sha256_of(f.path) in (f.upstream_sha256, f.patched_sha256)
                for f in patch_set.files):
             return patch_set
     return None
+
+
+
+def nearest_mismatch(release: str | None, sha256_of: Callable[[str], str | None]
+                     ) -> tuple[str, list[str]] | None:
+    """For a core no patch set matches: the nearest supported release (older first, as
+    :func:`match_patch_set` tries them) and which of its patch set's files differ."""
+    candidates = _nearest_first(release)
+    if not candidates:
+        return None
+    nearest = find_patch_set(candidates[0])
+    return nearest.release, [f.path for f in nearest.files
+                             if sha256_of(f.path) not in (f.upstream_sha256, f.patched_sha256)]

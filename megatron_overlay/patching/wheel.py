@@ -25,7 +25,8 @@ import zipfile
 from pathlib import Path
 
 from . import lock
-from .core import LOCAL_LABEL, MARKER, PatchError, marker_bytes, record_row, transformed, with_version
+from .core import (LOCAL_LABEL, MARKER, PatchError, mismatch_note, marker_bytes, record_row,
+                   transformed, with_version)
 from .patch_sets import match_patch_set, supported_releases
 
 WHEEL_NAME = "megatron_core"  # the distribution's name as wheel file names spell it
@@ -87,9 +88,10 @@ def build(release: str, source: Path, out_dir: Path) -> Path:
 
     patch_set = match_patch_set(release, sha_of)
     if patch_set is None:
+        files = mismatch_note(release, sha_of)
         raise PatchError(f"megatron-core {release} is not supported: its files match no patch "
-                         f"set (supported: {', '.join(supported_releases())}); nothing was "
-                         f"written")
+                         f"set{files} (supported: {', '.join(supported_releases())}); nothing "
+                         f"was written")
     for entry in patch_set.files:
         if sha_of(entry.path) != entry.upstream_sha256:
             raise PatchError(f"{source.name}: {entry.path} differs from upstream megatron-core "
