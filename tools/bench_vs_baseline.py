@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """This checkout's fused op against a baseline copy of the package, in one process (GPU).
 
-Per shape (bf16, temperature 0.7, the inputs of bench_fused_logprob.py), methods timed
-interleaved in a shuffled order each rep, median of CUDA events over rotating inputs:
+Per shape (bf16, temperature 0.7, the inputs of bench_fused_logprob.py), methods timed by
+tools/bench/timing.py (steady-state bursts, interleaved rounds, ratios paired per round):
 
   gemm      the floor: hidden @ W.T (fwd); plus G @ W and G.T @ hidden (fb)
   base      the baseline package's linear_logprob_entropy (``--baseline``)
@@ -26,20 +26,20 @@ import gc
 import importlib
 import json
 import os
-import random
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_fused_logprob import (  # noqa: E402
-    SHAPES, TEMPERATURE, _loss_coeffs, fp64_reference, make_inputs, max_err)
+from tools.bench import timing  # noqa: E402
+from tools.bench.clocks import ClockSampler  # noqa: E402
+from tools.bench.inputs import (SHAPES, TEMPERATURE, fp64_reference, loss_coeffs,  # noqa: E402
+                                make_inputs, max_err)
+from tools.bench.memory import peak_extra_gib  # noqa: E402
+from tools.bench.methods import Gemm  # noqa: E402
 
-GiB = float(1 << 30)
 INVARIANCE_ENV = "MEGATRON_OVERLAY_BATCH_INVARIANT"
 
 
@@ -80,88 +80,53 @@ class Runner:
         return self._call(run)
 
 
-class Gemm:
-    def __init__(self):
-        self.grad = None
-
-    def fwd(self, h, w, y):
-        return h @ w.T
-
-    def fb(self, h, w, y, a, b):
-        if self.grad is None or self.grad.shape != (h.shape[0], w.shape[0]):
-            self.grad = None
-            self.grad = torch.randn(h.shape[0], w.shape[0], device=h.device, dtype=h.dtype)
-        return h @ w.T, self.grad @ w, self.grad.T @ h
-
-
 def r_is_fb_variant(name: str) -> bool:
     return name.startswith("fb_")
 
 
-def timed(methods, phase, inputs, reps, seed):
-    order = random.Random(seed)
-    times = {m: [] for m in methods}
+def timed(methods, phase, inputs, args, clocks, log):
+    """name -> Timing of each method's ``phase`` (tools/bench/timing.py)."""
     ctx = torch.no_grad if phase == "fwd" else torch.enable_grad
     with ctx():
-        for rep in range(2 + reps):
-            for m in order.sample(list(methods), len(methods)):
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                out = getattr(methods[m], phase)(*inputs[rep % len(inputs)])
-                end.record()
-                torch.cuda.synchronize()
-                del out
-                if rep >= 2:
-                    times[m].append(start.elapsed_time(end))
-    return times
+        return timing.interleaved({m: getattr(r, phase) for m, r in methods.items()}, inputs,
+                                  args.rounds, burst_ms=args.burst_ms, clocks=clocks, log=log)
 
 
-def extra_peak(fn, args, exclude_bytes=0) -> float:
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    out = fn(*args)
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base - exclude_bytes
-    del out
-    return peak / GiB
-
-
-def bench_shape(n, hdim, v, runners, args, log):
+def bench_shape(n, hdim, v, runners, args, clocks, log):
     sets, w = make_inputs(n, hdim, v, seed=n)
-    a, b = _loss_coeffs(n, w.device)
+    a, b = loss_coeffs(n, w.device)
     fwd_in = [(h, w, y) for h, y in sets]
     fb_in = [(h, w, y, a, b) for h, y in sets]
     row = {"N": n, "H": hdim, "V": v}
     fwd_methods = {"gemm": Gemm(), **runners}
     fb_methods = {m: r for m, r in fwd_methods.items() if m != "ours_var"}
     fwd_methods = {m: r for m, r in fwd_methods.items() if not r_is_fb_variant(m)}
-    for phase, methods, inputs, reps in (("fwd", fwd_methods, fwd_in, args.repeats),
-                                         ("fb", fb_methods, fb_in, args.fb_repeats)):
-        times = timed(methods, phase, inputs, reps, seed=n)
+    for phase, methods, inputs in (("fwd", fwd_methods, fwd_in), ("fb", fb_methods, fb_in)):
+        times = timed(methods, phase, inputs, args, clocks, log)
         for m, t in times.items():
-            row[f"{m}_{phase}_ms"] = statistics.median(t)
-            row[f"{m}_{phase}_ms_all"] = [round(x, 3) for x in t]
+            row[f"{m}_{phase}_ms"] = t.median_ms
+            row[f"{m}_{phase}_ms_all"] = [round(x, 3) for x in t.ms]
+            row[f"{m}_{phase}_sm_mhz"] = timing.summarize(t).get("sm_mhz")
+        if "base" in times:  # ours / base per round: median and range
+            for m, (x, lo, hi) in timing.paired_ratios(times, "base").items():
+                row[f"{m}_vs_base_{phase}_paired"] = [x, lo, hi]
     grads = (n * hdim + v * hdim) * 2
     ref_lp, ref_ent = fp64_reference(sets[0][0], w, sets[0][1], min(1024, n))
     for m in [m for m in runners if r_is_fb_variant(m)]:
-        row[f"{m}_fb_extra_gib"] = extra_peak(runners[m].fb, fb_in[0], exclude_bytes=grads)
+        row[f"{m}_fb_extra_gib"] = peak_extra_gib(runners[m].fb, fb_in[0], exclude_bytes=grads)
         row[f"{m}_fb_x_gemm"] = row[f"{m}_fb_ms"] / row["gemm_fb_ms"]
     for m in ("base", "ours"):
         if m not in runners:
             continue
         with torch.no_grad():
-            row[f"{m}_fwd_extra_gib"] = extra_peak(runners[m].fwd, fwd_in[0])
+            row[f"{m}_fwd_extra_gib"] = peak_extra_gib(runners[m].fwd, fwd_in[0])
             lp, ent = runners[m].fwd(*fwd_in[0])
             row[f"{m}_lp_err"], row[f"{m}_ent_err"] = max_err(lp, ref_lp), max_err(ent, ref_ent)
             k = min(1024, n)
             lp1, ent1 = runners[m].fwd(sets[0][0][:k], w, sets[0][1][:k])
             row[f"{m}_invariant_rows"] = int(((lp1 == lp[:k]) & (ent1 == ent[:k])).sum())
             del lp, ent, lp1, ent1
-        row[f"{m}_fb_extra_gib"] = extra_peak(runners[m].fb, fb_in[0], exclude_bytes=grads)
+        row[f"{m}_fb_extra_gib"] = peak_extra_gib(runners[m].fb, fb_in[0], exclude_bytes=grads)
     for phase in ("fwd", "fb"):
         for m in ("base", "ours", "ours_var"):
             if f"{m}_{phase}_ms" in row:
@@ -180,7 +145,7 @@ def bench_shape(n, hdim, v, runners, args, log):
 def profile_fb(runners, n, hdim, v, out: Path, log):
     """CUDA time per kernel of one forward+backward, per runner (torch.profiler)."""
     sets, w = make_inputs(n, hdim, v, seed=n)
-    a, b = _loss_coeffs(n, w.device)
+    a, b = loss_coeffs(n, w.device)
     args = (sets[0][0], w, sets[0][1], a, b)
     for m, r in runners.items():
         if m == "ours_var":
@@ -203,7 +168,7 @@ def grad_accuracy(runners, n, hdim, v, log):
     inputs, and the same for the reference rounded to bf16 (the floor)."""
     sets, w = make_inputs(n, hdim, v, seed=11)
     h, y = sets[0]
-    a, b = _loss_coeffs(n, w.device, seed=3)
+    a, b = loss_coeffs(n, w.device, seed=3)
     h32, w32 = h.float().requires_grad_(), w.float().requires_grad_()
     logp = torch.log_softmax((h32 @ w32.T) / TEMPERATURE, -1)
     lp = logp.gather(1, y[:, None]).squeeze(1)
@@ -226,8 +191,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", help="a folder holding the package megatron_overlay_base")
     parser.add_argument("--shapes", default=";".join(",".join(map(str, s)) for s in SHAPES))
-    parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--fb-repeats", type=int, default=7)
+    parser.add_argument("--rounds", "--repeats", type=int, default=7)
+    parser.add_argument("--burst-ms", type=float, default=300.0)
     parser.add_argument("--grad-shape", default="32768,1024,32768",
                         help="N,H,V of the gradient accuracy check ('' to skip)")
     parser.add_argument("--fb-variant", action="append", default=[],
@@ -258,8 +223,9 @@ def main():
     log(f"device {torch.cuda.get_device_name()} torch {torch.__version__}")
     if args.profile:
         profile_fb(runners, *map(int, args.profile.split(",")), out, log)
-    rows = [bench_shape(*map(int, s.split(",")), runners, args, log)
-            for s in args.shapes.split(";")]
+    with ClockSampler(torch.cuda.current_device()) as clocks:
+        rows = [bench_shape(*map(int, s.split(",")), runners, args, clocks, log)
+                for s in args.shapes.split(";")]
     acc = grad_accuracy(runners, *map(int, args.grad_shape.split(",")), log) \
         if args.grad_shape else None
     (out / "results.json").write_text(json.dumps({"rows": rows, "grad_accuracy": acc},

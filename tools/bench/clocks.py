@@ -1,0 +1,65 @@
+"""SM clock and board power, sampled in a background thread while the GPU works.
+
+The H200 runs at its 700 W board limit under a dense bf16 GEMM and lowers its SM clock to
+stay there; lighter kernels run at higher clocks. A method's time therefore depends on what
+ran just before it and on how long the GPU idled, which is why every timing in this
+package reports the clock it ran at. Sampling from a thread keeps the timed loop free of
+NVML calls (the old tool polled NVML between launches, which also left the GPU idle).
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+import threading
+import time
+
+
+class ClockSampler:
+    """Samples (host time, SM MHz, watts) every ``period_s``; ``window(t0, t1)`` gives the
+    medians of the samples taken in that host-time window, or None without NVML."""
+
+    def __init__(self, device_index: int = 0, period_s: float = 0.002):
+        self.samples: list[tuple[float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = None
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+            self._read = lambda: (pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                                  pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
+            self._read()
+        except Exception:  # no NVML: timings still work, without clocks
+            self._read = None
+        self.period_s = period_s
+
+    @property
+    def available(self) -> bool:
+        return self._read is not None
+
+    def __enter__(self):
+        if self._read is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self):
+        while not self._stop.is_set():
+            mhz, watts = self._read()
+            self.samples.append((time.perf_counter(), mhz, watts))
+            time.sleep(self.period_s)
+
+    def window(self, t0: float, t1: float):
+        """(median SM MHz, median W) of the samples in [t0, t1], or None."""
+        times = [s[0] for s in self.samples]  # appended in time order
+        lo, hi = bisect.bisect_left(times, t0), bisect.bisect_right(times, t1)
+        got = self.samples[lo:hi]
+        if not got:
+            return None
+        return statistics.median(s[1] for s in got), statistics.median(s[2] for s in got)

@@ -1,0 +1,83 @@
+"""What every method implements, and the three that need no peer: the GEMM floor, the
+materialized-logits reference, and ours (megatron_overlay.ops.linear_logprob_entropy)."""
+
+from __future__ import annotations
+
+import torch
+
+from .inputs import TEMPERATURE
+
+
+def input_grads(h, w, loss_of):
+    """Backward of ``loss_of(h, w)`` from fresh leaves: (d_hidden, d_weight)."""
+    h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
+    loss_of(h, w).backward()
+    return h.grad, w.grad
+
+
+class Method:
+    """``fwd(h, w, y)`` -> (log-prob [N] fp32 or None, entropy [N] or None), no grad;
+    ``fb(h, w, y, a, b)`` -> (d_hidden, d_weight) of sum(a * logprob + b * entropy)."""
+    name = "?"
+    outputs = "logprob+entropy"
+
+    def fwd(self, h, w, y):
+        raise NotImplementedError
+
+    def fb(self, h, w, y, a, b):
+        def loss(h, w):
+            lp, ent = self.fwd(h, w, y)
+            return (lp * a).sum() + ((ent * b).sum() if ent is not None else 0)
+        return input_grads(h, w, loss)
+
+
+class Gemm(Method):
+    """The floor. fwd: hidden @ W.T. fb: that, then G @ W and G.T @ hidden with G a fixed
+    random normal [N, V] tensor (held between calls, not counted in the fb peak)."""
+    name, outputs = "gemm", "logits only (the floor)"
+
+    def __init__(self):
+        self.grad = None
+
+    def fwd(self, h, w, y):
+        return torch.matmul(h, w.T)
+
+    def fb(self, h, w, y, a, b):
+        if self.grad is None or self.grad.shape != (h.shape[0], w.shape[0]):
+            self.grad = None
+            self.grad = torch.randn(h.shape[0], w.shape[0], device=h.device, dtype=h.dtype)
+        torch.matmul(h, w.T)
+        return torch.matmul(self.grad, w), torch.matmul(self.grad.T, h)
+
+
+class Materialized(Method):
+    """fp32 logits / T -> log_softmax -> gather, entropy; autograd backward."""
+    name, outputs = "materialized", "logprob+entropy (fp32 logits)"
+
+    def fwd(self, h, w, y):
+        logits = (h @ w.T).float() / TEMPERATURE
+        logp = torch.log_softmax(logits, dim=-1)
+        lp = logp.gather(1, y[:, None]).squeeze(1)
+        ent = -(logp.exp() * logp).sum(-1)
+        return lp, ent
+
+
+class Ours(Method):
+    name, outputs = "ours", "logprob+entropy"
+
+    def __init__(self, package: str = "megatron_overlay", name: str | None = None,
+                 entropy: bool = True):
+        import importlib
+        self.op = importlib.import_module(f"{package}.ops").linear_logprob_entropy
+        self.entropy = entropy
+        if name:
+            self.name = name
+        if not entropy:
+            self.outputs = "logprob"
+
+    def fwd(self, h, w, y):
+        return self.op(h, w, y, temperature=TEMPERATURE, return_entropy=self.entropy)
+
+
+BUILTIN = {"gemm": Gemm, "materialized": Materialized, "ours": Ours,
+           "ours_noent": lambda: Ours(name="ours_noent", entropy=False)}

@@ -1,0 +1,108 @@
+"""Views of ours beyond its time: gradient accuracy against fp32 autograd, per-kernel CUDA
+time of one forward+backward (torch.profiler), and where that step leaves the GPU idle."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from .inputs import TEMPERATURE, loss_coeffs, make_inputs
+from .methods import Ours
+
+
+def grad_check(hdim, v, n, log):
+    """Our d_hidden, d_weight (bf16) vs an fp32 autograd reference on the same bf16 inputs,
+    in units of the error of rounding that reference to bf16."""
+    sets, w = make_inputs(n, hdim, v, seed=7)
+    h, y = sets[0]
+    a, b = loss_coeffs(n, w.device, seed=3)
+    h32, w32 = h.float().requires_grad_(), w.float().requires_grad_()
+    z = (h32 @ w32.T) / TEMPERATURE
+    logp = torch.log_softmax(z, -1)
+    lp = logp.gather(1, y[:, None]).squeeze(1)
+    ent = -(logp.exp() * logp).sum(-1)
+    ((lp * a).sum() + (ent * b).sum()).backward()
+    ref = {"d_hidden": h32.grad, "d_weight": w32.grad}
+    del z, logp
+    out = {}
+    for key, got in zip(("d_hidden", "d_weight"), Ours().fb(h, w, y, a, b)):
+        r = ref[key]
+        rounding = (r.to(torch.bfloat16).float() - r).norm().item()
+        err = (got.float() - r).norm().item()
+        out[key] = {"rel_err": err / r.norm().item(), "vs_bf16_rounding": err / max(rounding, 1e-30),
+                    "max_abs": (got.float() - r).abs().max().item(),
+                    "bf16_rounding_max_abs": (r.to(torch.bfloat16).float() - r).abs().max().item()}
+    log(f"  grad check N={n} H={hdim} V={v}: {json.dumps(out)}")
+    return out
+
+
+def kernel_breakdown(n, hdim, v, log):
+    """Per-kernel CUDA time of one forward+backward of ours (torch.profiler)."""
+    sets, w = make_inputs(n, hdim, v, seed=11)
+    h, y = sets[0]
+    a, b = loss_coeffs(n, w.device)
+
+    def step():
+        Ours().fb(h, w, y, a, b)
+
+    step()
+    torch.cuda.synchronize()
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    totals = {}
+    for evt in prof.key_averages():
+        t = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+        if t:
+            totals[evt.key[:80]] = totals.get(evt.key[:80], 0) + t / 1000.0
+    top = dict(sorted(totals.items(), key=lambda kv: -kv[1])[:8])
+    top["(sum of all kernels)"] = sum(totals.values())
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    step()
+    end.record()
+    torch.cuda.synchronize()
+    top["(one step, CUDA events)"] = start.elapsed_time(end)
+    log(f"  kernel breakdown (ms) N={n}: {json.dumps(top)}")
+    return top
+
+
+def timeline(n, hdim, v, log):
+    """Where one forward+backward of ours leaves the GPU idle: gaps between kernels, with
+    the host-side ops that ran meanwhile."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    sets, w = make_inputs(n, hdim, v, seed=11)
+    h, y = sets[0]
+    a, b = loss_coeffs(n, w.device)
+
+    def step():
+        Ours().fb(h, w, y, a, b)
+
+    for _ in range(2):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    events = list(prof.events())
+    gpu = sorted((e for e in events if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start),
+                 key=lambda e: e.time_range.start)
+    cpu = [e for e in events if e.device_type == DeviceType.CPU]
+    out = {"span_ms": (gpu[-1].time_range.end - gpu[0].time_range.start) / 1000.0,
+           "busy_ms": sum(e.time_range.end - e.time_range.start for e in gpu) / 1000.0, "gaps": []}
+    for prev, nxt in zip(gpu, gpu[1:]):
+        gap = nxt.time_range.start - prev.time_range.end
+        if gap > 200:  # us
+            lo, hi = prev.time_range.end, nxt.time_range.start
+            host = sorted((e for e in cpu if e.time_range.start < hi and e.time_range.end > lo),
+                          key=lambda e: -(min(e.time_range.end, hi) - max(e.time_range.start, lo)))
+            out["gaps"].append({"ms": gap / 1000.0, "after": prev.name[:60], "before": nxt.name[:60],
+                                "host": [f"{e.name[:50]} {(e.time_range.end - e.time_range.start) / 1000:.2f}ms"
+                                         for e in host[:6]]})
+    log(f"  timeline N={n}: {json.dumps(out)}")
+    return out
+
+

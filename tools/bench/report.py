@@ -1,0 +1,84 @@
+"""The markdown table and the figure of a run (both redrawn from results.json on a CPU)."""
+
+from __future__ import annotations
+
+
+def _fmt(x, f):
+    return "" if x is None else format(x, f)
+
+
+def _ratio(r, phase):
+    x = r.get(f"{phase}_x")
+    if x is None:
+        return ""
+    lo, hi = r.get(f"{phase}_x_min"), r.get(f"{phase}_x_max")
+    return f"{x:.3f} ({lo:.3f}-{hi:.3f})" if lo is not None else f"{x:.3f}"
+
+
+def table(rows):
+    head = ("| N, H, V | method | outputs | fwd ms | fb ms | fwd x GEMM (rounds' range) | "
+            "fb x 3 GEMMs (range) | fwd peak GiB | fb peak GiB | logprob err | entropy err | "
+            "SM MHz fwd / fb |")
+    lines = [head, "|" + "---|" * 12]
+    for r in rows:
+        lines.append(
+            f"| {r['N']}, {r['H']}, {r['V']} | {r['method']} | {r['outputs']} | "
+            f"{_fmt(r.get('fwd_ms'), '.2f')} | {_fmt(r.get('fb_ms'), '.2f')} | "
+            f"{_ratio(r, 'fwd')} | {_ratio(r, 'fb')} | "
+            f"{_fmt(r.get('fwd_peak_gib'), '.3f')} | {_fmt(r.get('fb_peak_gib'), '.2f')} | "
+            f"{_fmt(r.get('lp_err'), '.1e')} | {_fmt(r.get('ent_err'), '.1e')} | "
+            f"{_fmt(r.get('fwd_sm_mhz'), '.0f')} / {_fmt(r.get('fb_sm_mhz'), '.0f')} |")
+    return "\n".join(lines)
+
+
+def plot(rows, path, title="fused log-prob + entropy, bf16, T = 0.7, one H200"):
+    """Per shape: time (forward; forward + backward) and peak extra memory of every method,
+    each relative to the GEMM floor's of the same shape and run. Whiskers: the range of the
+    per-round ratios."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    shapes = list(dict.fromkeys((r["N"], r["H"], r["V"]) for r in rows))
+    names = [m for m in dict.fromkeys(r["method"] for r in rows) if m != "gemm"]
+    fig, axes = plt.subplots(2, len(shapes), figsize=(5.2 * len(shapes), 8), squeeze=False)
+    width = 0.38
+    for col, shape in enumerate(shapes):
+        by = {r["method"]: r for r in rows if (r["N"], r["H"], r["V"]) == shape}
+        floor = by.get("gemm", {})
+        xs = range(len(names))
+        ax_t, ax_m = axes[0][col], axes[1][col]
+        for off, phase, color in ((-width / 2, "fwd", "C0"), (width / 2, "fb", "C1")):
+            vals = [by.get(m, {}).get(f"{phase}_x") for m in names]
+            lo = [by.get(m, {}).get(f"{phase}_x_min") for m in names]
+            hi = [by.get(m, {}).get(f"{phase}_x_max") for m in names]
+            pos = [x + off for x, v in zip(xs, vals) if v is not None]
+            got = [(v, lw, hg) for v, lw, hg in zip(vals, lo, hi) if v is not None]
+            if got:
+                ys = [g[0] for g in got]
+                err = [[g[0] - (g[1] if g[1] is not None else g[0]) for g in got],
+                       [(g[2] if g[2] is not None else g[0]) - g[0] for g in got]]
+                ax_t.bar(pos, ys, width, yerr=err, capsize=2, color=color,
+                         label="forward" if phase == "fwd" else "forward + backward")
+                for p, y in zip(pos, ys):
+                    ax_t.text(p, y, f"{y:.2f}", ha="center", va="bottom", fontsize=6)
+            mvals = []
+            for m in names:
+                got_m, ref = by.get(m, {}).get(f"{phase}_peak_gib"), floor.get(f"{phase}_peak_gib")
+                mvals.append(None if got_m is None or not ref else max(got_m / ref, 1e-4))
+            mpos = [x + off for x, v in zip(xs, mvals) if v is not None]
+            if mpos:
+                ax_m.bar(mpos, [v for v in mvals if v is not None], width, color=color,
+                         label="forward" if phase == "fwd" else "forward + backward")
+        ax_t.axhline(1.0, color="k", lw=0.8)
+        ax_t.set_title(f"N={shape[0]}, H={shape[1]}, V={shape[2]}: time / GEMM floor")
+        ax_m.axhline(1.0, color="k", lw=0.8)
+        ax_m.set_yscale("log")
+        ax_m.set_title("peak extra memory / GEMM floor's (log)")
+        for ax in (ax_t, ax_m):
+            ax.set_xticks(list(xs))
+            ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+            ax.grid(axis="y", alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

@@ -1,0 +1,80 @@
+"""Each candidate kernel config of ours at one shape: forward stats and backward, timed
+(median of CUDA-event-timed calls) and checked against the default config."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+
+import torch
+
+from .inputs import ACC_ROWS, TEMPERATURE, fp64_reference, loss_coeffs, make_inputs, max_err
+from .timing import burst
+
+
+def cuda_time(fn, inputs, warmup: int, repeats: int) -> float:
+    """Median ms of single calls (configs are compared within one shape and run)."""
+    import statistics
+    for i in range(warmup):
+        fn(*inputs[i % len(inputs)])
+    return statistics.median(burst(fn, inputs, 1, i) for i in range(repeats))
+
+
+def sweep(shape, log):
+    """Each candidate kernel config at one shape: forward stats and backward, timed and checked."""
+    from megatron_overlay.ops.kernels import autotune_configs as ac
+    from megatron_overlay.ops.kernels import triton_impl as ti
+    n, hdim, v = shape
+    sets, w = make_inputs(n, hdim, v, seed=5)
+    inv_t = 1.0 / TEMPERATURE
+    lsets = [(h, torch.where(y % 7 == 0, -1, y)) for h, y in sets]
+    ref_lp, ref_ent = fp64_reference(sets[0][0], w, sets[0][1], ACC_ROWS)
+    gemm_ms = cuda_time(lambda h, w_: torch.matmul(h, w_.T), [(h, w) for h, _ in sets], 2, 5)
+    log(f"sweep N={n} H={hdim} V={v}: gemm {gemm_ms:.2f} ms")
+    results = {"shape": [n, hdim, v], "gemm_ms": gemm_ms, "forward": [], "backward": []}
+    for cfg in ac.FORWARD_CANDIDATES:
+        rec = {"config": cfg.name(), **asdict(cfg)}
+        try:
+            t0 = time.time()
+            stats = ti.forward_stats(sets[0][0], w, sets[0][1], inv_t, True, config=cfg)
+            rec["compile_s"] = time.time() - t0
+            lse = stats[:, 0] + stats[:, 1].log()
+            rec["lp_err"] = max_err(stats[:, 3] - lse, ref_lp)
+            rec["ent_err"] = max_err(stats[:, 1].log() - stats[:, 2] / stats[:, 1], ref_ent)
+            rec["ms"] = cuda_time(lambda h, y: ti.forward_stats(h, w, y, inv_t, True, config=cfg),
+                                  lsets, 1, 5)
+            rec["x_gemm"] = rec["ms"] / gemm_ms
+        except Exception as e:
+            rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+        log(f"  fwd {json.dumps(rec)}")
+        results["forward"].append(rec)
+    # backward: the default config's result is the check for the others
+    h, y = sets[0]
+    stats = ti.forward_stats(h, w, y, inv_t, True)
+    lse = stats[:, 0] + stats[:, 1].log()
+    mean_z = stats[:, 0] + stats[:, 2] / stats[:, 1]
+    g_lp, g_ent = loss_coeffs(n, w.device)
+    base_dh, base_dw = ti.backward(h, w, y, inv_t, lse, mean_z, g_lp, g_ent)
+    grad = torch.randn(n, v, device=w.device, dtype=w.dtype)
+    # G @ W and G.T @ h have equal FLOPs: twice the median of the two, alternated
+    results["bwd_gemms_ms"] = cuda_time(torch.matmul, [(grad, w), (grad.T, h)], 1, 6) * 2
+    grad = None
+    log(f"  two backward GEMMs (cuBLAS, bf16 out): {results['bwd_gemms_ms']:.2f} ms")
+    for cfg in ac.BACKWARD_CANDIDATES:
+        rec = {"config": cfg.name(), **asdict(cfg)}
+        try:
+            dh, dw = ti.backward(h, w, y, inv_t, lse, mean_z, g_lp, g_ent, config=cfg)
+            rec["dh_rel_diff"] = ((dh - base_dh).norm() / base_dh.norm()).item()
+            rec["dw_rel_diff"] = ((dw - base_dw).norm() / base_dw.norm()).item()
+            del dh, dw
+            rec["ms"] = cuda_time(lambda: ti.backward(h, w, y, inv_t, lse, mean_z, g_lp, g_ent,
+                                                      config=cfg), [()], 1, 3)
+            rec["x_gemm"] = rec["ms"] / gemm_ms
+        except Exception as e:
+            rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+        log(f"  bwd {json.dumps(rec)}")
+        results["backward"].append(rec)
+    return results
+
+

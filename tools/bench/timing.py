@@ -1,0 +1,118 @@
+"""Steady-state timing of several methods, interleaved, with paired ratios.
+
+Why this protocol (measured: docs/BENCHMARKS.md, "Which figures hold"):
+  - bursts: a method runs ``calls`` times back to back between two CUDA events, the host
+    enqueueing ahead of the GPU, so that the figure is the method's sustained time (as in a
+    training step), not one call plus launch latency plus the clock ramp after an idle gap;
+  - interleaved rounds: each round times every method once, in an order rotated from round
+    to round, so that drift (power, temperature) falls on all methods alike;
+  - paired ratios: a method's ratio to the reference is taken within each round and the
+    median over rounds is reported, with its spread, instead of a ratio of two medians;
+  - a heat-up of the GPU to its steady power state before the first round, and inputs
+    rotated between calls (each set larger than the 50 MB L2).
+``burst_ms`` sets how much work a burst holds; ``calls`` = ceil(burst_ms / one call's ms).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Timing:
+    """One method's per-round milliseconds per call, and the clock during each round."""
+    name: str
+    calls: int = 1
+    ms: list = field(default_factory=list)
+    sm_mhz: list = field(default_factory=list)
+    watts: list = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def median_ms(self):
+        return statistics.median(self.ms) if self.ms else None
+
+
+def burst(fn, inputs, calls: int, first: int = 0) -> float:
+    """Milliseconds per call of ``calls`` back-to-back calls fn(*inputs[i % len])."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(calls):
+        fn(*inputs[(first + i) % len(inputs)])
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def heat(fn, inputs, seconds: float) -> None:
+    """Run ``fn`` until ``seconds`` have passed: the GPU reaches its steady power state."""
+    t_end = time.perf_counter() + seconds
+    i = 0
+    while time.perf_counter() < t_end:
+        burst(fn, inputs, 4, i)
+        i += 4
+
+
+def interleaved(fns: dict, inputs, rounds: int, *, burst_ms: float = 300.0,
+                heat_s: float = 2.0, warmup_calls: int = 2, clocks=None, single: bool = False,
+                rotate_order: bool = True, log=print) -> dict:
+    """Time every fn in ``fns`` (name -> callable) ``rounds`` times, interleaved.
+
+    ``single``: one call per timing and a sync after it (the old protocol, kept for
+    ``--diagnose``). A method that raises is dropped with its error recorded."""
+    out = {name: Timing(name) for name in fns}
+    live = []
+    for name, fn in fns.items():  # compile, autotune, and size the bursts
+        try:
+            for i in range(warmup_calls):
+                fn(*inputs[i % len(inputs)])
+            torch.cuda.synchronize()
+            one = burst(fn, inputs, 1)
+            out[name].calls = 1 if single else max(1, math.ceil(burst_ms / max(one, 1e-3)))
+            live.append(name)
+        except Exception as e:  # a peer that fails at this shape
+            out[name].error = f"{type(e).__name__}: {str(e)[:300]}"
+            log(f"  {name}: {out[name].error}")
+        torch.cuda.empty_cache()
+    if live and heat_s > 0:
+        heat(fns[live[0]], inputs, heat_s)
+    for r in range(rounds):
+        order = live[r % len(live):] + live[:r % len(live)] if rotate_order else list(live)
+        for name in order:
+            t = out[name]
+            t0 = time.perf_counter()
+            ms = burst(fns[name], inputs, t.calls, r)
+            t1 = time.perf_counter()
+            t.ms.append(ms)
+            got = clocks.window(t0, t1) if clocks is not None else None
+            if got is not None:
+                t.sm_mhz.append(got[0])
+                t.watts.append(got[1])
+    return out
+
+
+def paired_ratios(timings: dict, reference: str) -> dict:
+    """name -> (median, min, max) over rounds of ms[name][r] / ms[reference][r]."""
+    ref = timings.get(reference)
+    if ref is None or not ref.ms:
+        return {}
+    out = {}
+    for name, t in timings.items():
+        if t.ms and len(t.ms) == len(ref.ms):
+            per_round = [a / b for a, b in zip(t.ms, ref.ms)]
+            out[name] = (statistics.median(per_round), min(per_round), max(per_round))
+    return out
+
+
+def summarize(t: Timing) -> dict:
+    """The JSON fields of one Timing."""
+    if t.error:
+        return {"error": t.error}
+    return {"ms": t.median_ms, "ms_rounds": [round(x, 3) for x in t.ms], "calls": t.calls,
+            "sm_mhz": statistics.median(t.sm_mhz) if t.sm_mhz else None,
+            "watts": statistics.median(t.watts) if t.watts else None}
