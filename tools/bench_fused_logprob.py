@@ -84,7 +84,7 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
                 continue
             rows[m].update({f"{phase}_ms": rec["ms"], f"{phase}_ms_rounds": rec["ms_rounds"],
                             f"{phase}_calls": rec["calls"], f"{phase}_sm_mhz": rec["sm_mhz"],
-                            f"{phase}_watts": rec["watts"]})
+                            f"{phase}_watts": rec["watts"], f"{phase}_host_ms": rec["host_ms"]})
             if m in ratios:
                 (rows[m][f"{phase}_x"], rows[m][f"{phase}_x_min"],
                  rows[m][f"{phase}_x_max"]) = ratios[m]
@@ -150,6 +150,7 @@ def main(argv=None):
     p.add_argument("--protocols", default="old_tool,single,cold,burst,burst_fixed_input,"
                                           "burst_fixed_order,graph")
     p.add_argument("--timeline", default="", help="N,H,V: GPU idle gaps of one fb step of ours")
+    p.add_argument("--host-profile", default="", help="N,H,V: host-side ops of one call of ours")
     p.add_argument("--sweep", default="", help="N,H,V: time ours' kernel config candidates")
     p.add_argument("--replot", default="", help="results.json: redraw table and figure, no GPU")
     args = p.parse_args(argv)
@@ -186,6 +187,10 @@ def main(argv=None):
         if args.diagnose:
             res = diagnose(shape_of(args.diagnose), args, clocks, log)
             (out / "diagnose.json").write_text(json.dumps({"meta": meta, **res}, indent=1))
+            return 0
+        if args.host_profile:
+            res = profiling.host_profile(*shape_of(args.host_profile), log)
+            (out / "host_profile.json").write_text(json.dumps(res, indent=1))
             return 0
         if args.timeline:
             res = profiling.timeline(*shape_of(args.timeline), log)

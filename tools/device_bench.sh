@@ -37,6 +37,7 @@ peers)
         tar -xJf "$ARG/cutlass_all.tar.xz" -C $SITE && PYPATH=$SITE:$SITE/nvidia_cutlass_dsl/python_packages:$SITE/nvidia_cutlass_dsl/dsl_packages
     fi
     export PYTHONPATH=$PWD:$PYPATH
+    python3 tools/bench_fused_logprob.py --host-profile $SHAPE8K --out "$OUT/host" 2>&1 | tail -3
     for i in 1 2; do
         python3 tools/bench_fused_logprob.py --out "$OUT/run$i" --rounds ${ROUNDS:-5} \
             ${BENCH_ARGS:-} 2>&1 | tail -30

@@ -106,3 +106,44 @@ def timeline(n, hdim, v, log):
     return out
 
 
+
+
+def host_profile(n, hdim, v, log):
+    """Host time of one call of ours (forward; forward+backward), enqueued while the GPU is
+    busy with a long GEMM queue so that nothing waits for the GPU, and the host-side ops of
+    that call by self CPU time (torch.profiler)."""
+    import time
+
+    from torch.profiler import ProfilerActivity, profile
+    sets, w = make_inputs(n, hdim, v, seed=11)
+    h, y = sets[0]
+    a, b = loss_coeffs(n, w.device)
+    ours = Ours()
+    out = {}
+    for phase, call, ctx in (("fwd", lambda: ours.fwd(h, w, y), torch.no_grad),
+                             ("fb", lambda: ours.fb(h, w, y, a, b), torch.enable_grad)):
+        with ctx():
+            for _ in range(3):
+                call()
+            torch.cuda.synchronize()
+            host = []
+            for _ in range(5):
+                for _ in range(20):  # ~0.3 s of queued GPU work ahead of the call
+                    torch.matmul(h, w.T)
+                t0 = time.perf_counter()
+                call()
+                host.append((time.perf_counter() - t0) * 1e3)
+                torch.cuda.synchronize()
+            for _ in range(20):
+                torch.matmul(h, w.T)
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                call()
+            torch.cuda.synchronize()
+        ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:25]
+        out[phase] = {"host_ms": sorted(host)[len(host) // 2], "host_ms_all": host,
+                      "ops": [{"op": e.key[:80], "calls": e.count,
+                               "self_cpu_ms": e.self_cpu_time_total / 1e3,
+                               "cpu_ms": e.cpu_time_total / 1e3} for e in ops]}
+        log(f"  host {phase} N={n}: {out[phase]['host_ms']:.3f} ms; top: " + "; ".join(
+            f"{o['op']} x{o['calls']} {o['self_cpu_ms']:.3f}" for o in out[phase]["ops"][:12]))
+    return out

@@ -31,6 +31,7 @@ class Timing:
     ms: list = field(default_factory=list)
     sm_mhz: list = field(default_factory=list)
     watts: list = field(default_factory=list)
+    host_ms: list = field(default_factory=list)
     error: str | None = None
 
     @property
@@ -38,12 +39,18 @@ class Timing:
         return statistics.median(self.ms) if self.ms else None
 
 
-def burst(fn, inputs, calls: int, first: int = 0) -> float:
-    """Milliseconds per call of ``calls`` back-to-back calls fn(*inputs[i % len])."""
+def burst(fn, inputs, calls: int, first: int = 0, host: list | None = None) -> float:
+    """Milliseconds per call of ``calls`` back-to-back calls fn(*inputs[i % len]).
+    ``host``: gets the host milliseconds per call spent enqueueing (the GPU's queue holds
+    far more than a burst, so the host never waits for the GPU inside the loop, unless
+    the method itself synchronizes)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
+    t0 = time.perf_counter()
     for i in range(calls):
         fn(*inputs[(first + i) % len(inputs)])
+    if host is not None:
+        host.append((time.perf_counter() - t0) * 1e3 / calls)
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / calls
@@ -86,7 +93,7 @@ def interleaved(fns: dict, inputs, rounds: int, *, burst_ms: float = 300.0,
         for name in order:
             t = out[name]
             t0 = time.perf_counter()
-            ms = burst(fns[name], inputs, t.calls, r)
+            ms = burst(fns[name], inputs, t.calls, r, host=t.host_ms)
             t1 = time.perf_counter()
             t.ms.append(ms)
             got = clocks.window(t0, t1) if clocks is not None else None
@@ -115,4 +122,5 @@ def summarize(t: Timing) -> dict:
         return {"error": t.error}
     return {"ms": t.median_ms, "ms_rounds": [round(x, 3) for x in t.ms], "calls": t.calls,
             "sm_mhz": statistics.median(t.sm_mhz) if t.sm_mhz else None,
-            "watts": statistics.median(t.watts) if t.watts else None}
+            "watts": statistics.median(t.watts) if t.watts else None,
+            "host_ms": statistics.median(t.host_ms) if t.host_ms else None}
