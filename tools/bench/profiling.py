@@ -146,4 +146,28 @@ def host_profile(n, hdim, v, log):
                                "cpu_ms": e.cpu_time_total / 1e3} for e in ops]}
         log(f"  host {phase} N={n}: {out[phase]['host_ms']:.3f} ms; top: " + "; ".join(
             f"{o['op']} x{o['calls']} {o['self_cpu_ms']:.3f}" for o in out[phase]["ops"][:12]))
+        out[phase]["python"] = _python_profile(call, ctx, lambda: torch.matmul(h, w.T))
     return out
+
+
+def _python_profile(call, ctx, busy, calls=10):
+    """cProfile of ``calls`` calls enqueued behind a busy GPU: the Python functions by
+    total (own) time and by cumulative time, as text."""
+    import cProfile
+    import io
+    import pstats
+    with ctx():
+        for _ in range(40):
+            busy()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            call()
+        prof.disable()
+        torch.cuda.synchronize()
+    text = {}
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(30)
+        text[key] = buf.getvalue()
+    return text
