@@ -112,3 +112,17 @@ class CCE(Method):
 
 
 PEERS = {"verl": Verl, "liger_scaled_ce": LigerScaledCE, "liger_flce": LigerFLCE, "cce": CCE}
+
+
+class CCEFrozenWeight(CCE):
+    """cce with the weight frozen (d_hidden only): its backward without the d_weight
+    atomics. Not comparable with the others' fb (they return both gradients)."""
+    name, outputs = "cce_frozen_w", "logprob, d_hidden only"
+
+    def fb(self, h, w, y, a, b):
+        h = h.detach().requires_grad_()
+        (self.fwd(h, w, y)[0] * a).sum().backward()
+        return h.grad, None
+
+
+PEERS["cce_frozen_w"] = CCEFrozenWeight
