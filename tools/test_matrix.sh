@@ -10,7 +10,7 @@ legs="${LEGS:-0.12.3 0.13.1 0.15.3 0.16.1 0.19.2}"
 for version in $legs; do
   venv=$(tools/env.sh "$version")
   targets=(tests/core)
-  [ "$version" = "0.19.2" ] && targets+=(tests/ops)
+  [ "$version" = "0.19.2" ] && targets+=(tests/ops tests/tools)
   echo "=== megatron-core $version: ${targets[*]}"
   "$venv/bin/python" -m pytest -q -p no:cacheprovider "${targets[@]}" "$@"
 done

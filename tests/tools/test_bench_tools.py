@@ -1,0 +1,78 @@
+"""The benchmark tool's arithmetic and reports, on CPU (its timings need a GPU: docs/BENCHMARKS.md)."""
+
+import json
+
+import pytest
+import torch
+
+from tools import bench_fused_logprob
+from tools.bench import report, timing
+
+
+def _timing(name, ms):
+    return timing.Timing(name, calls=3, ms=list(ms), host_ms=[0.1] * len(ms))
+
+
+def test_ratios_are_paired_within_each_round():
+    # the floor drifts from round to round; the method tracks it at exactly 1.1x
+    floor = [10.0, 12.0, 14.0]
+    got = timing.paired_ratios({"gemm": _timing("gemm", floor),
+                                "ours": _timing("ours", [1.1 * x for x in floor])}, "gemm")
+    assert got["gemm"] == (1.0, 1.0, 1.0)
+    median, low, high = got["ours"]
+    assert median == pytest.approx(1.1) and low == pytest.approx(1.1) and high == pytest.approx(1.1)
+    # a ratio of medians would agree here; with rounds out of step it would not
+    skewed = timing.paired_ratios({"gemm": _timing("gemm", [10.0, 20.0, 30.0]),
+                                   "ours": _timing("ours", [30.0, 22.0, 11.0])}, "gemm")
+    assert skewed["ours"][0] == pytest.approx(1.1)
+    assert skewed["ours"][1:] == (pytest.approx(11.0 / 30.0), pytest.approx(3.0))
+
+
+def test_a_method_without_rounds_or_reference_gets_no_ratio():
+    assert timing.paired_ratios({"ours": _timing("ours", [1.0])}, "gemm") == {}
+    broken = timing.Timing("peer", error="ImportError: not installed")
+    got = timing.paired_ratios({"gemm": _timing("gemm", [1.0]), "peer": broken}, "gemm")
+    assert "peer" not in got
+    assert timing.summarize(broken) == {"error": "ImportError: not installed"}
+
+
+def test_summary_fields():
+    rec = timing.summarize(_timing("ours", [3.0, 1.0, 2.0]))
+    assert rec["ms"] == 2.0 and rec["ms_rounds"] == [3.0, 1.0, 2.0] and rec["calls"] == 3
+    assert rec["host_ms"] == pytest.approx(0.1) and rec["sm_mhz"] is None
+
+
+def test_table_shows_ratio_ranges_and_leaves_missing_cells_empty():
+    rows = [{"N": 8, "H": 4, "V": 16, "method": "gemm", "outputs": "floor", "fwd_ms": 1.0,
+             "fwd_x": 1.0, "fwd_x_min": 1.0, "fwd_x_max": 1.0},
+            {"N": 8, "H": 4, "V": 16, "method": "ours", "outputs": "lp", "fwd_ms": 1.05,
+             "fwd_x": 1.05, "fwd_x_min": 1.01, "fwd_x_max": 1.09, "lp_err": 4.5e-5}]
+    lines = report.table(rows).splitlines()
+    assert len(lines) == 4 and all(line.count("|") == 13 for line in lines)
+    ours = lines[3].split("|")
+    assert ours[6].strip() == "1.050 (1.010-1.090)"
+    assert ours[7].strip() == ""  # no fb timing: an empty cell, not a made-up number
+    assert ours[10].strip() == "4.5e-05"
+
+
+def test_replot_writes_the_table_without_a_gpu(tmp_path):
+    rows = [{"N": 8, "H": 4, "V": 16, "method": "gemm", "outputs": "floor", "fwd_ms": 1.0,
+             "fwd_x": 1.0}]
+    src = tmp_path / "results.json"
+    src.write_text(json.dumps({"rows": rows}))
+    assert bench_fused_logprob.main(["--replot", str(src), "--out", str(tmp_path / "o")]) == 0
+    assert "| 8, 4, 16 | gemm |" in (tmp_path / "o" / "table.md").read_text()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+def test_timing_without_a_gpu_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench_fused_logprob.main(["--shapes", "8,4,16", "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_unknown_method_is_named(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench_fused_logprob.main(["--methods", "gemm,nope", "--out", str(tmp_path)])
+    assert "nope" in capsys.readouterr().err
