@@ -68,9 +68,9 @@ def merge_stats(stats: torch.Tensor, tp_group) -> torch.Tensor:
 def _local_labels(labels: torch.Tensor, vocab_start: int, local_vocab: int,
                   ignore_index: int) -> torch.Tensor:
     """Index into this shard, or -1 where the label lives elsewhere or is ignored."""
-    local = labels - vocab_start
-    outside = (local < 0) | (local >= local_vocab) | (labels == ignore_index)
-    return torch.where(outside, torch.full_like(local, -1), local)
+    local = labels - vocab_start if vocab_start else labels
+    inside = (local >= 0) & (local < local_vocab) & (labels != ignore_index)
+    return torch.where(inside, local, -1)
 
 
 class LinearLogprobEntropy(torch.autograd.Function):
@@ -81,15 +81,18 @@ class LinearLogprobEntropy(torch.autograd.Function):
         world = dist.get_world_size(tp_group) if tp else 1
         if hidden.is_cuda:
             label_check.poll()  # earlier calls' label checks that have finished (no wait)
+        vocab_start = dist.get_rank(tp_group) * weight.shape[0] if tp else 0
+        local_labels = _local_labels(labels, vocab_start, weight.shape[0], params.ignore_index)
+        inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
+        # The big kernel is launched before the label check's dozen small ops: the GPU starts
+        # on it while the host enqueues them (a caller that synchronizes after every call
+        # would otherwise wait for their host time; docs/BENCHMARKS.md, "Which figures hold").
+        stats = impl.forward_stats(hidden, weight, local_labels, inv_t, params.return_entropy)
         # Out-of-range labels (ValueError on CPU and in strict mode, before this) give NaN
         # log-probs and gradients; on CUDA the host raises later (ops/label_check.py).
         bad = label_check.bad_labels(labels, weight.shape[0] * world, params.ignore_index)
         if hidden.is_cuda:
             label_check.defer(bad, labels, weight.shape[0] * world, params.ignore_index)
-        vocab_start = dist.get_rank(tp_group) * weight.shape[0] if tp else 0
-        local_labels = _local_labels(labels, vocab_start, weight.shape[0], params.ignore_index)
-        inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
-        stats = impl.forward_stats(hidden, weight, local_labels, inv_t, params.return_entropy)
         if tp:
             stats = merge_stats(stats, tp_group)
         row_max, sum_exp, sum_exp_shifted, z_label = stats.unbind(1)
