@@ -46,13 +46,16 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _init_megatron(device: torch.device) -> None:
+def _init_megatron(device: torch.device) -> bool:
+    """Megatron's parallel state on a one-rank group; True when this call created the
+    process group (then ``_teardown`` destroys it: NCCL warns at exit otherwise)."""
     import torch.distributed as dist
     from megatron.core import parallel_state, tensor_parallel
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(_free_port()))  # two demos at once: no clash
-    if not dist.is_initialized():
+    created = not dist.is_initialized()
+    if created:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0,
                                 world_size=1)
     parallel_state.initialize_model_parallel(1, 1)
@@ -65,6 +68,16 @@ def _init_megatron(device: torch.device) -> None:
         # inference RNG tracker (whose fork is a no-op) stands in.
         torch.cuda.current_device = lambda: "cpu"
         tensor_parallel.random.initialize_rng_tracker(inference_rng_tracker=True)
+    return created
+
+
+def _teardown(created_group: bool) -> None:
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    if created_group and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _build(args, device: torch.device):
@@ -90,11 +103,18 @@ def _sync(device: torch.device) -> None:
 
 def measure(args, progress) -> tuple[dict[str, PathResult], torch.device]:
     """Run both paths; ``progress()`` is called once per finished step."""
-    from . import require_output_processor
-
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     seq = args.tokens // BATCH
-    _init_megatron(device)
+    created_group = _init_megatron(device)
+    try:
+        return _measure(args, progress, device, seq)
+    finally:
+        _teardown(created_group)
+
+
+def _measure(args, progress, device: torch.device, seq: int):
+    from . import require_output_processor
+
     model = _build(args, device)
     require_output_processor(model, processor="fused_logprob")  # the fix, before any work
     progress()
