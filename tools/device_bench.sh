@@ -45,3 +45,7 @@ peers)
     ;;
 *) echo "unknown mode $MODE"; exit 2 ;;
 esac
+# The device tool returns at most 8 files: PACK=1 leaves one tarball instead of the folder.
+if [ -n "${PACK:-}" ]; then
+    tar -czf "$OUT.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")" && rm -rf "$OUT"
+fi
