@@ -67,15 +67,19 @@ def _worker() -> int:
                 hidden, weight, labels, inv_t = inputs(n, h, v, dtype, seed=n + v)
                 for temperature in (inv_t, 1 / 0.7):
                     ref = torch_topk.topk_stats(hidden, weight, labels, temperature, True, k)
-                    got = triton_topk.topk_stats(hidden, weight, labels, temperature, True, k)
-                    report.setdefault(case, {"stats_err": 0.0, "values_err": 0.0,
-                                             "ids_equal": True, "dtype": str(dtype)[6:]})
-                    res = report[case]
-                    res["stats_err"] = max(res["stats_err"], (got[0] - ref[0]).abs().max().item())
-                    finite = torch.isfinite(ref[1])
-                    res["values_err"] = max(res["values_err"],
-                                            (got[1][finite] - ref[1][finite]).abs().max().item())
-                    res["ids_equal"] &= torch.equal(got[2], ref[2])
+                    # the host's split count, then 3 splits (their merge) whatever it picks
+                    for splits in (None, 3):
+                        got = triton_topk.topk_stats(hidden, weight, labels, temperature, True,
+                                                     k, splits=splits)
+                        report.setdefault(case, {"stats_err": 0.0, "values_err": 0.0,
+                                                 "ids_equal": True, "dtype": str(dtype)[6:]})
+                        res = report[case]
+                        res["stats_err"] = max(res["stats_err"],
+                                               (got[0] - ref[0]).abs().max().item())
+                        finite = torch.isfinite(ref[1])
+                        res["values_err"] = max(
+                            res["values_err"], (got[1][finite] - ref[1][finite]).abs().max().item())
+                        res["ids_equal"] &= torch.equal(got[2], ref[2])
             elif kind == "rowtemp":  # the log-prob stages with per-row temperatures
                 hidden, weight, labels, inv_t = inputs(33, 32, 130, dtype, seed=4)
                 ref = torch_chunked.forward_stats(hidden, weight, labels, inv_t, True)

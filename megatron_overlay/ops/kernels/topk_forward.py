@@ -61,6 +61,19 @@ def _columns(BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, OPAQUE: tl.constexpr)
 
 
 @triton.jit
+def _next_candidate(acc, best, col, thr, v0, BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr,
+                    OPAQUE: tl.constexpr):
+    """Each row's largest (value, lowest column) strictly below (best, col) in (value desc,
+    column asc) order and strictly above ``thr``; ``has``: whether there is one."""
+    pos = col - v0
+    idx = _columns(BLOCK_M, BLOCK_V, OPAQUE)
+    below = (acc < best[:, None]) | ((acc == best[:, None]) & (idx > pos[:, None]))
+    nxt = tl.where(below & (acc > thr[:, None]), acc, float("-inf"))
+    best, pos = tl.max(nxt, axis=1, return_indices=True, return_indices_tie_break_left=True)
+    return best, v0 + pos, best > thr
+
+
+@triton.jit
 def _offer_tile(acc, acc_max, arg_max, v0, run_v, run_i, BLOCK_M: tl.constexpr,
                 BLOCK_V: tl.constexpr, KP: tl.constexpr, OPAQUE: tl.constexpr):
     """Offer one padded raw tile to the running top-k (see the module docstring)."""
@@ -73,17 +86,14 @@ def _offer_tile(acc, acc_max, arg_max, v0, run_v, run_i, BLOCK_M: tl.constexpr,
     else:
         thr = tl.min(run_v, axis=1)
         has = best > thr
-        while tl.max(has.to(tl.int32), axis=0) > 0:
+        # candidates per row: the row maximum is taken without a scan; the rounds below
+        # run only in tiles where some row has a second one (few, past the first tiles)
+        more = tl.max(tl.sum((acc > thr[:, None]).to(tl.int32), axis=1), axis=0) > 1
+        run_v, run_i, thr = _take(best, col, has, thr, run_v, run_i)
+        while more:
+            best, col, has = _next_candidate(acc, best, col, thr, v0, BLOCK_M, BLOCK_V, OPAQUE)
             run_v, run_i, thr = _take(best, col, has, thr, run_v, run_i)
-            # next: below (best, col) in (value desc, column asc) order, above thr
-            pos = col - v0
-            idx = _columns(BLOCK_M, BLOCK_V, OPAQUE)
-            below = (acc < best[:, None]) | ((acc == best[:, None]) & (idx > pos[:, None]))
-            nxt = tl.where(below & (acc > thr[:, None]), acc, float("-inf"))
-            best, pos = tl.max(nxt, axis=1, return_indices=True,
-                               return_indices_tie_break_left=True)
-            col = v0 + pos
-            has = best > thr
+            more = tl.max(has.to(tl.int32), axis=0) > 0
     return run_v, run_i
 
 

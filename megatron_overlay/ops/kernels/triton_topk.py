@@ -7,6 +7,7 @@ plus a sparse part (ops/logits_at.py).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -27,6 +28,9 @@ __all__ = ["topk_stats"]
 # beyond the outputs.
 TOPK_PARTIAL_BUDGET_BYTES = 32 << 20
 MERGE_BUDGET_BYTES = 16 << 20
+# A work item's fixed cost in vocab tiles (pipeline fill, its first tiles' top-k rounds, its
+# partial lists and their merge): what makes 33 splits of 18 tiles slower than 2 of 297.
+ITEM_COST_TILES = 2
 
 # The log-prob forward's tile (128 x 256, 8 warps, one work item per multiprocessor): the
 # running top-k works on the raw accumulator and keeps only [128, k] values and ids beside
@@ -45,11 +49,29 @@ def _config(dtype: torch.dtype) -> KernelConfig:
     return TOPK_FP32 if dtype == torch.float32 else TOPK_16BIT
 
 
+@functools.lru_cache(maxsize=4096)
 def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int) -> tuple[int, int]:
-    """(splits, vocab tiles per split): about two waves of work items, under the budget."""
+    """(splits, vocab tiles per split), under the partial-list budget.
+
+    The span, waves x (tiles per work item + ITEM_COST_TILES) (the last wave's idle
+    multiprocessors count), is what the GEMM costs; among split counts within 1% of the
+    shortest span, k > 8 takes the fewest (each split starts with an empty top-k, whose
+    first tiles take up to k rounds each), k <= 8 the one nearest two waves (fewer token
+    tiles in flight keep their hidden rows in L2). Picked from a sweep of split counts on
+    one H200 (docs/BENCHMARKS.md).
+    """
     cap = max(1, min(num_v, TOPK_PARTIAL_BUDGET_BYTES // ((16 + 8 * k) * max(n_rows, 1))))
-    wanted = max(1, min(cap, math.ceil(2 * num_sms / num_m)))
-    per_split = math.ceil(num_v / wanted)
+    two_waves = max(1, min(cap, math.ceil(2 * num_sms / num_m)))
+
+    def span(splits: int) -> int:
+        per_split = math.ceil(num_v / splits)
+        waves = math.ceil(num_m * math.ceil(num_v / per_split) / num_sms)
+        return waves * (per_split + ITEM_COST_TILES)
+
+    shortest = min(span(s) for s in range(1, cap + 1))
+    near = [s for s in range(1, cap + 1) if span(s) <= shortest * 1.01]
+    chosen = near[0] if k > 8 else min(near, key=lambda s: (abs(s - two_waves), s))
+    per_split = math.ceil(num_v / chosen)
     return math.ceil(num_v / per_split), per_split
 
 
