@@ -9,19 +9,20 @@ evicted or stored).
 The top-k works on the raw accumulator (logits before the temperature): inv_t > 0 keeps
 the order within a row, so nothing of the tile's size is materialized beside ``acc``,
 and the values are scaled by inv_t once, at the end (the same fp32 product as
-``acc * inv_t``). (Two raw logits that differ but round to the same z are ranked by the
-raw logit; equal raw logits go to the lower id.)
+``acc * inv_t``). (Two raw logits that differ but round to the same z are selected by
+the raw logit, where the k-th place falls between them; equal raw logits go to the lower
+id. The host orders the output by z, then id.)
 
 Per tile, one fused reduction (``tl.max(..., return_indices=True)``, leftmost of equal
 maxima) gives each row's maximum and its lowest column; the fold reuses the maximum.
-k = 1: that pair replaces the running one if strictly larger. k > 1: while some row's
-next candidate beats that row's current k-th value (``thr``), the candidate replaces the
-slot holding ``thr`` (the highest id among equal minima) and the row's next candidate is
-the largest (value, lowest column) strictly below the one just taken in (value desc,
-column asc) order and strictly above the new ``thr``: one more fused reduction a round,
-no mask tile kept. Strict comparisons keep ties with the lower id: tiles come in
-ascending vocab order within a work item. Rounds per tile: the most new entries any row
-gets from it (at most k); after the first tiles of a split, usually 0-3.
+k = 1: that pair replaces the running one if strictly larger. k > 1: the maximum replaces
+the slot holding the row's current k-th value ``thr`` (the highest id among equal minima)
+if it beats it; only if some row had two or more logits above ``thr`` (one count a tile)
+do rounds follow: each row's next candidate is the largest (value, lowest column)
+strictly below the one just taken in (value desc, column asc) order and strictly above
+the new ``thr`` (one fused reduction a round, no mask tile kept), until no row has one.
+Strict comparisons keep ties with the lower id: tiles come in ascending vocab order
+within a work item. Rounds per tile: at most k; the first tiles of a split fill the list.
 
 Each item writes its statistics to ``part`` and its (unordered) top-k to ``part_v`` /
 ``part_i``; the host orders and merges the splits (topk_merge.order_candidates).
