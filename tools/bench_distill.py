@@ -14,6 +14,8 @@ against fp64: top-k ids equal to the fp64 ranking, max |log-prob error|.
     python tools/bench_distill.py --out out/distill
     python tools/bench_distill.py --shapes 4096,1024,32000 --ks 8 --out out/small
     python tools/bench_distill.py --sweep 8192,4096,151936,8 --out out/sweep  # + configs
+    python tools/bench_distill.py --sweep 8192,4096,151936,32 --sweep-splits 1,2,4 --ks 32 \
+        --shapes 8192,4096,151936 --out out/sweep          # + split counts
 """
 
 from __future__ import annotations
@@ -174,26 +176,31 @@ def run_shape(n, h, v, ks, repeats, results, log):
         log(f"   check: {json.dumps(checks)}")
 
 
-def sweep(n, h, v, k, repeats, log) -> list:
-    """The top-k kernel's candidate configs (triton_topk.CANDIDATES), forward stage only."""
+def sweep(n, h, v, k, repeats, log, split_counts=()) -> list:
+    """The top-k kernel's candidate configs (triton_topk.CANDIDATES), forward stage only,
+    then the default config at each of ``split_counts`` vocab splits (default: the host's
+    choice)."""
     from megatron_overlay.ops.kernels import triton_topk
 
     sets = [make_inputs(n, h, v, 1, seed) for seed in (0, 1)]
     no_label = torch.full((n,), -1, dtype=torch.int64, device="cuda")
     gemm = cuda_time(gemm_fwd, sets, 2, repeats)
     rows = []
-    for cfg in triton_topk.CANDIDATES:
-        def run(hh, ww, _ids, cfg=cfg):
+    tries = [(cfg, None) for cfg in triton_topk.CANDIDATES]
+    tries += [(triton_topk.CANDIDATES[0], s) for s in split_counts]
+    for cfg, splits in tries:
+        def run(hh, ww, _ids, cfg=cfg, splits=splits):
             return triton_topk.topk_stats(hh, ww, no_label, 1 / TEMPERATURE, False, k,
-                                          config=cfg)
+                                          config=cfg, splits=splits)
+        name = cfg.name() + ("" if splits is None else f" splits={splits}")
         try:
             ms = cuda_time(run, sets, 2, repeats)
         except Exception as err:  # noqa: BLE001
-            log(f"sweep {cfg.name()} k={k}: ERROR {err!r}"[:300])
+            log(f"sweep {name} k={k}: ERROR {err!r}"[:300])
             continue
-        rows.append({"shape": [n, h, v], "k": k, "config": cfg.name(), "ms": ms,
-                     "x_gemm": ms / gemm})
-        log(f"sweep {n}x{h}x{v} k={k} {cfg.name():>32}: {ms:8.2f} ms {ms / gemm:5.3f}x gemm")
+        rows.append({"shape": [n, h, v], "k": k, "config": cfg.name(), "splits": splits,
+                     "ms": ms, "x_gemm": ms / gemm})
+        log(f"sweep {n}x{h}x{v} k={k} {name:>42}: {ms:8.2f} ms {ms / gemm:5.3f}x gemm")
     return rows
 
 
@@ -205,6 +212,8 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--sweep", default=None, metavar="N,H,V,k",
                         help="also time the top-k kernel's candidate configs at this shape")
+    parser.add_argument("--sweep-splits", default="", metavar="S,S,...",
+                        help="with --sweep: also these vocab split counts (default config)")
     args = parser.parse_args()
     shapes = [tuple(map(int, s.split(","))) for s in args.shapes] if args.shapes else SHAPES
     ks = [int(k) for k in args.ks.split(",")]
@@ -222,7 +231,8 @@ def main() -> None:
 
     if args.sweep:
         n, h, v, k = map(int, args.sweep.split(","))
-        results.extend(sweep(n, h, v, k, args.repeats, log))
+        split_counts = [int(x) for x in args.sweep_splits.split(",") if x]
+        results.extend(sweep(n, h, v, k, args.repeats, log, split_counts))
     for n, h, v in shapes:
         run_shape(n, h, v, ks, args.repeats, results, log)
         torch.cuda.empty_cache()

@@ -94,7 +94,8 @@ class LinearLogprobsAt(torch.autograd.Function):
         no_label = torch.full((hidden.shape[0],), -1, dtype=torch.int64, device=hidden.device)
         stats = impl.forward_stats(hidden, weight, no_label, inv_t, params.return_entropy)
         local_ids = shard_ids(token_ids, vocab_start, weight.shape[0])
-        z_at = logits_at(hidden, weight, local_ids, inv_t)
+        # the Triton stages gather in a kernel (kernels/gather_dot.py); torch: logits_at.py
+        z_at = getattr(impl, "logits_at", logits_at)(hidden, weight, local_ids, inv_t)
         if tp:
             stats = merge_stats(stats, tp_group)
             dist.all_reduce(z_at, group=tp_group)  # each id lives in exactly one shard

@@ -16,7 +16,8 @@ triton = pytest.importorskip("triton", reason="Triton is not installed")
 
 from megatron_overlay.ops import (linear_logprobs_at, linear_topk_logprobs,  # noqa: E402
                                   torch_topk)
-from megatron_overlay.ops.kernels import triton_topk  # noqa: E402
+from megatron_overlay.ops.kernels import triton_impl, triton_topk  # noqa: E402
+from megatron_overlay.ops.logits_at import logits_at  # noqa: E402
 
 
 def _inputs(n, h, v, dtype, seed=0):
@@ -43,6 +44,18 @@ def test_topk_stage_matches_torch(dtype, k, shape):
         torch.testing.assert_close(vals, r_vals, atol=2e-4, rtol=0)
         # fp32 sums in two orders may swap near-ties; everything else is the same id
         assert (ids == r_ids).float().mean() > 0.995
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("k", [1, 5, 40])
+def test_logits_at_kernel_matches_torch(dtype, k):
+    hidden, weight, _, inv_t = _inputs(777, 1000, 3001, dtype)
+    ids = torch.randint(-1, 3001, (777, k), device="cuda")  # -1: in another shard
+    for temperature in (inv_t, 1 / 0.7):
+        ref = logits_at(hidden, weight, ids, temperature)
+        got = triton_impl.logits_at(hidden, weight, ids, temperature)
+        assert torch.equal(got == 0, ref == 0)
+        torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-5)
 
 
 def test_ops_match_torch_impl(monkeypatch):

@@ -27,6 +27,7 @@ STATS_TOL = 2e-5
 
 CASES = ([f"topk-{n}x{h}x{v}-k{k}-{d}" for n, h, v, k in TOPK_SHAPES for d in DTYPES]
          + [f"rowtemp-{d}" for d in DTYPES] + [f"sparse-{d}" for d in DTYPES + ["float16"]]
+         + [f"gather-{d}" for d in DTYPES]
          + [f"op-{d}" for d in DTYPES])
 
 
@@ -37,6 +38,7 @@ def _worker() -> int:
     from megatron_overlay.ops import (linear_logprobs_at, linear_topk_logprobs, torch_chunked,
                                       torch_topk)
     from megatron_overlay.ops.kernels import triton_impl, triton_topk
+    from megatron_overlay.ops.logits_at import logits_at
 
     assert triton_impl.interpreting()
     report = {}
@@ -65,15 +67,19 @@ def _worker() -> int:
                 hidden, weight, labels, inv_t = inputs(n, h, v, dtype, seed=n + v)
                 for temperature in (inv_t, 1 / 0.7):
                     ref = torch_topk.topk_stats(hidden, weight, labels, temperature, True, k)
-                    got = triton_topk.topk_stats(hidden, weight, labels, temperature, True, k)
-                    report.setdefault(case, {"stats_err": 0.0, "values_err": 0.0,
-                                             "ids_equal": True, "dtype": str(dtype)[6:]})
-                    res = report[case]
-                    res["stats_err"] = max(res["stats_err"], (got[0] - ref[0]).abs().max().item())
-                    finite = torch.isfinite(ref[1])
-                    res["values_err"] = max(res["values_err"],
-                                            (got[1][finite] - ref[1][finite]).abs().max().item())
-                    res["ids_equal"] &= torch.equal(got[2], ref[2])
+                    # the host's split count, then 3 splits (their merge) whatever it picks
+                    for splits in (None, 3):
+                        got = triton_topk.topk_stats(hidden, weight, labels, temperature, True,
+                                                     k, splits=splits)
+                        report.setdefault(case, {"stats_err": 0.0, "values_err": 0.0,
+                                                 "ids_equal": True, "dtype": str(dtype)[6:]})
+                        res = report[case]
+                        res["stats_err"] = max(res["stats_err"],
+                                               (got[0] - ref[0]).abs().max().item())
+                        finite = torch.isfinite(ref[1])
+                        res["values_err"] = max(
+                            res["values_err"], (got[1][finite] - ref[1][finite]).abs().max().item())
+                        res["ids_equal"] &= torch.equal(got[2], ref[2])
             elif kind == "rowtemp":  # the log-prob stages with per-row temperatures
                 hidden, weight, labels, inv_t = inputs(33, 32, 130, dtype, seed=4)
                 ref = torch_chunked.forward_stats(hidden, weight, labels, inv_t, True)
@@ -89,6 +95,17 @@ def _worker() -> int:
                 report[case] = {"stats_err": (got - ref).abs().max().item(), "values_err": 0.0,
                                 "ids_equal": True, "dh_err": rel(dh, rdh),
                                 "dw_err": rel(dw, rdw), "dtype": str(dtype)[6:]}
+            elif kind == "gather":  # logits at given ids: the kernel against logits_at.py
+                hidden, weight, _, inv_t = inputs(13, 40, 70, dtype, seed=5)
+                ids = torch.randint(-1, 70, (13, 37), generator=torch.Generator().manual_seed(6))
+                err = 0.0
+                for temperature in (inv_t, 1 / 0.7):
+                    ref = logits_at(hidden, weight, ids, temperature)
+                    got = triton_impl.logits_at(hidden, weight, ids, temperature)
+                    assert torch.equal(got == 0, ref == 0), "a -1 id gave a nonzero logit"
+                    err = max(err, (got - ref).abs().max().item())
+                report[case] = {"stats_err": 0.0, "values_err": err, "ids_equal": True,
+                                "dtype": str(dtype)[6:]}
             elif kind == "sparse":  # the backward's sparse indicator terms, in 2 vocab chunks
                 hidden, weight, _, inv_t = inputs(21, 16, 130, dtype, seed=8)
                 g = torch.Generator().manual_seed(9)

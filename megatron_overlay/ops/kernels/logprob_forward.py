@@ -44,20 +44,44 @@ def _fold_tile(acc, v0, labels, V, inv_t, inv_t_col, m_i, s_i, t_i, zl_i,
     """Fold one [BLOCK_M, BLOCK_V] tile of raw logits ``acc`` into the running stats.
 
     m = max z, s = sum exp(z - m), t = sum exp(z - m) (z - m) (relative to the running
-    max, as the stage contract has it), zl = z[label]. Work in log2 units: with
-    u = (z - m) log2(e), exp(z - m) = exp2(u) costs one FMA and one MUFU op per logit, and
-    t = ln(2) sum exp2(u) u.
+    max, as the stage contract has it), zl = z[label].
 
     ``inv_t`` / ``inv_t_col``: the same scalar twice, or (per-row temperatures) the rows'
     values as [BLOCK_M] and as [BLOCK_M, 1], for the row sums and for the tile.
     """
+    zl_i += _label_logit(acc, v0, labels, inv_t, BLOCK_V)
+    acc = _pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
+    m_i, s_i, t_i = _fold_max(acc, tl.max(acc, axis=1), inv_t, inv_t_col, m_i, s_i, t_i,
+                              WITH_ENTROPY)
+    return m_i, s_i, t_i, zl_i
+
+
+@triton.jit
+def _label_logit(acc, v0, labels, inv_t, BLOCK_V: tl.constexpr):
+    """z[label] of each row within this tile (0 where the label is elsewhere): at most one
+    column of one tile matches; inv_t applied to the row sum."""
     cols = v0 + tl.arange(0, BLOCK_V)
-    # z[label]: at most one column of one tile matches; inv_t applied to the row sum.
-    zl_i += tl.sum(tl.where(cols[None, :] == labels[:, None], acc, 0.0), axis=1) * inv_t
-    if v0 + BLOCK_V > V:  # only the last vocab tile has padded (zero-filled) columns
+    return tl.sum(tl.where(cols[None, :] == labels[:, None], acc, 0.0), axis=1) * inv_t
+
+
+@triton.jit
+def _pad_tile(acc, v0, V, inv_t_col, BLOCK_V: tl.constexpr):
+    """Only the last vocab tile has padded (zero-filled) columns: NEG_BIG there."""
+    if v0 + BLOCK_V > V:
+        cols = v0 + tl.arange(0, BLOCK_V)
         acc = tl.where(cols[None, :] < V, acc, NEG_BIG / tl.maximum(inv_t_col, 1.0))
+    return acc
+
+
+@triton.jit
+def _fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i, WITH_ENTROPY: tl.constexpr):
+    """The fold of a padded tile whose row maxima ``acc_max`` (raw) are known.
+
+    Work in log2 units: with u = (z - m) log2(e), exp(z - m) = exp2(u) costs one FMA and
+    one MUFU op per logit, and t = ln(2) sum exp2(u) u.
+    """
     # inv_t > 0, so max(acc) * inv_t == max(acc * inv_t) bit for bit.
-    m_new = tl.maximum(m_i, tl.max(acc, axis=1) * inv_t)
+    m_new = tl.maximum(m_i, acc_max * inv_t)
     m2 = m_new * LOG2E
     alpha = tl.exp2(m_i * LOG2E - m2)
     u = acc * (inv_t_col * LOG2E) - m2[:, None]
@@ -67,7 +91,7 @@ def _fold_tile(acc, v0, labels, V, inv_t, inv_t_col, m_i, s_i, t_i, zl_i,
         moved = tl.where(s_i > 0, s_i * (m_i - m_new), 0.0)
         t_i = alpha * (t_i + moved) + tl.sum(p * u, axis=1) * LN2
     s_i = s_i * alpha + tl.sum(p, axis=1)
-    return m_new, s_i, t_i, zl_i
+    return m_new, s_i, t_i
 
 
 @triton.jit

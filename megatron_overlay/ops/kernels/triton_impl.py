@@ -28,11 +28,12 @@ from .. import batch_invariance
 from . import autotune_configs
 from .autotune_configs import KernelConfig
 from .logprob_backward import grad_logits_kernel
+from .gather_dot import gather_dot_kernel
 from .logprob_forward import forward_stats_kernel
 from .sparse_grad import add_sparse_grad_kernel
 from .merge_splits import merge_splits_kernel
 
-__all__ = ["forward_stats", "backward", "interpreting", "tma_supported"]
+__all__ = ["forward_stats", "backward", "logits_at", "interpreting", "tma_supported"]
 
 
 def interpreting() -> bool:
@@ -189,6 +190,32 @@ def _inv_t_args(inv_temperature):
     if isinstance(inv_temperature, torch.Tensor):
         return inv_temperature.to(torch.float32).contiguous(), 1.0
     return None, float(inv_temperature)
+
+
+# logits_at: ids per program and hidden columns per step ([32, 256] fp32 products: 64
+# registers a thread at 4 warps).
+GATHER_BLOCK_IDS = 32
+GATHER_BLOCK_H = 256
+
+
+def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tensor,
+              inv_temperature) -> torch.Tensor:
+    """ops/logits_at.py's contract on a Triton kernel (kernels/gather_dot.py)."""
+    _check_device(hidden, weight, local_ids)
+    n, k = local_ids.shape
+    out = torch.zeros(n, k, dtype=torch.float32, device=hidden.device)
+    if n == 0 or k == 0:
+        return out
+    hidden, weight = _rowmajor(hidden), _rowmajor(weight)
+    ids = local_ids.contiguous()
+    inv_t_rows, inv_t = _inv_t_args(inv_temperature)
+    block_i = max(2, min(GATHER_BLOCK_IDS, triton.next_power_of_2(k)))
+    grid = (n, triton.cdiv(k, block_i))
+    gather_dot_kernel[grid](hidden, weight, ids, out if inv_t_rows is None else inv_t_rows, out,
+                            hidden.shape[1], k, hidden.stride(0), weight.stride(0), inv_t,
+                            ROW_INV_T=inv_t_rows is not None, BLOCK_I=block_i,
+                            BLOCK_H=16 if interpreting() else GATHER_BLOCK_H, num_warps=4)
+    return out
 
 
 MERGE_BLOCK = 256

@@ -7,6 +7,7 @@ plus a sparse part (ops/logits_at.py).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -27,15 +28,19 @@ __all__ = ["topk_stats"]
 # beyond the outputs.
 TOPK_PARTIAL_BUDGET_BYTES = 32 << 20
 MERGE_BUDGET_BYTES = 16 << 20
+# A work item's fixed cost in vocab tiles (pipeline fill, its first tiles' top-k rounds, its
+# partial lists and their merge): what makes 33 splits of 18 tiles slower than 2 of 297.
+ITEM_COST_TILES = 2
 
-# The running top-k lives in registers next to the logits tile: a narrower tile than the
-# log-prob forward's 128 x 256 leaves room for it. Interpreter: tiny tiles.
-TOPK_16BIT = KernelConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=8)
+# The log-prob forward's tile (128 x 256, 8 warps, one work item per multiprocessor): the
+# running top-k works on the raw accumulator and keeps only [128, k] values and ids beside
+# it (topk_forward.py). fp32 inputs: a narrower tile (3xTF32 dots need more registers).
+# Interpreter: tiny tiles.
+TOPK_16BIT = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8)
 TOPK_FP32 = KernelConfig(128, 64, 32, num_warps=8, num_stages=3, group_m=8)
 # What tools/bench_distill.py --sweep tries.
-CANDIDATES = [TOPK_16BIT, KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8),
-              KernelConfig(128, 128, 64, num_warps=4, num_stages=4, group_m=8),
-              KernelConfig(64, 256, 64, num_warps=4, num_stages=3, group_m=8)]
+CANDIDATES = [TOPK_16BIT, KernelConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=8),
+              KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=16)]
 
 
 def _config(dtype: torch.dtype) -> KernelConfig:
@@ -44,17 +49,36 @@ def _config(dtype: torch.dtype) -> KernelConfig:
     return TOPK_FP32 if dtype == torch.float32 else TOPK_16BIT
 
 
+@functools.lru_cache(maxsize=4096)
 def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int) -> tuple[int, int]:
-    """(splits, vocab tiles per split): about two waves of work items, under the budget."""
+    """(splits, vocab tiles per split), under the partial-list budget.
+
+    The span, waves x (tiles per work item + ITEM_COST_TILES) (the last wave's idle
+    multiprocessors count), is what the GEMM costs; among split counts within 1% of the
+    shortest span, k > 8 takes the fewest (each split starts with an empty top-k, whose
+    first tiles take up to k rounds each), k <= 8 the one nearest two waves (fewer token
+    tiles in flight keep their hidden rows in L2). Picked from a sweep of split counts on
+    one H200 (docs/BENCHMARKS.md).
+    """
     cap = max(1, min(num_v, TOPK_PARTIAL_BUDGET_BYTES // ((16 + 8 * k) * max(n_rows, 1))))
-    wanted = max(1, min(cap, math.ceil(2 * num_sms / num_m)))
-    per_split = math.ceil(num_v / wanted)
+    two_waves = max(1, min(cap, math.ceil(2 * num_sms / num_m)))
+
+    def span(splits: int) -> int:
+        per_split = math.ceil(num_v / splits)
+        waves = math.ceil(num_m * math.ceil(num_v / per_split) / num_sms)
+        return waves * (per_split + ITEM_COST_TILES)
+
+    shortest = min(span(s) for s in range(1, cap + 1))
+    near = [s for s in range(1, cap + 1) if span(s) <= shortest * 1.01]
+    chosen = near[0] if k > 8 else min(near, key=lambda s: (abs(s - two_waves), s))
+    per_split = math.ceil(num_v / chosen)
     return math.ceil(num_v / per_split), per_split
 
 
 def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
                inv_temperature, with_entropy: bool, k: int, *,
-               config: KernelConfig | None = None, use_tma: bool | None = None):
+               config: KernelConfig | None = None, use_tma: bool | None = None,
+               splits: int | None = None):
     _check_device(hidden, weight, local_labels)
     n_tokens, hidden_size = hidden.shape
     vocab = weight.shape[0]
@@ -71,7 +95,11 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
 
     num_m = triton.cdiv(n_tokens, cfg.block_m)
     num_v = triton.cdiv(vocab, cfg.block_v)
-    splits, per_split = _splits(num_m, num_v, n_tokens, k, _sms(dev))
+    if splits is None:
+        splits, per_split = _splits(num_m, num_v, n_tokens, k, _sms(dev))
+    else:  # tools: a given split count (fewer where the vocab tiles run out)
+        per_split = math.ceil(num_v / max(1, min(splits, num_v)))
+        splits = math.ceil(num_v / per_split)
     part = stats if splits == 1 else torch.empty(splits, n_tokens, 4, dtype=torch.float32,
                                                  device=dev)
     part_v = torch.empty(splits, n_tokens, k, dtype=torch.float32, device=dev)
@@ -86,7 +114,8 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
         BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
         KP=triton.next_power_of_2(k), WITH_ENTROPY=bool(with_entropy), USE_TMA=tma,
         DOT_PRECISION=_dot_precision(hidden.dtype), UPCAST_DOT=_upcast_dot(hidden.dtype),
-        ROW_INV_T=inv_t_rows is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        ROW_INV_T=inv_t_rows is not None, OPAQUE_COLUMNS=not interpreting(),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if splits > 1:
         _merge_splits(part, stats, bool(with_entropy))

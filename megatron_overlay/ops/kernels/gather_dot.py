@@ -1,0 +1,36 @@
+"""Logits at a few given vocab ids per token: one row's K dot products, on the GPU.
+
+The contract of ops/logits_at.py (its docstring): z [N, K] fp32 = (hidden @ weight.T)[n, id]
+* inv_t[n], 0 where the id is -1 (another vocab shard). One program owns one token row and
+BLOCK_I of its ids: it walks the hidden size in BLOCK_H chunks, loading the row's chunk once
+and the ids' weight-row chunks in the input dtype, and accumulates the products in fp32.
+The weight rows are read once per (token, id) in 16 bits, where the torch path gathers
+them into an fp32 copy first (three times the bytes, and a bmm over it).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gather_dot_kernel(h_ptr, w_ptr, ids_ptr, inv_t_ptr, out_ptr, H, K, stride_h, stride_w,
+                      inv_t, ROW_INV_T: tl.constexpr, BLOCK_I: tl.constexpr,
+                      BLOCK_H: tl.constexpr):
+    row = tl.program_id(0)
+    j = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
+    valid = j < K
+    ids = tl.load(ids_ptr + row.to(tl.int64) * K + j, mask=valid, other=-1)
+    here = valid & (ids >= 0)
+    w_rows = w_ptr + tl.where(here, ids, 0).to(tl.int64)[:, None] * stride_w
+    h_row = h_ptr + row.to(tl.int64) * stride_h
+    acc = tl.zeros([BLOCK_I], tl.float32)
+    for h0 in range(0, H, BLOCK_H):
+        cols = h0 + tl.arange(0, BLOCK_H)
+        in_h = cols < H
+        h = tl.load(h_row + cols, mask=in_h, other=0.0).to(tl.float32)
+        w = tl.load(w_rows + cols[None, :], mask=here[:, None] & in_h[None, :],
+                    other=0.0).to(tl.float32)
+        acc += tl.sum(w * h[None, :], axis=1)
+    if ROW_INV_T:
+        inv_t = tl.load(inv_t_ptr + row)
+    tl.store(out_ptr + row.to(tl.int64) * K + j, tl.where(here, acc * inv_t, 0.0), mask=valid)
