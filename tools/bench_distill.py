@@ -21,7 +21,6 @@ against fp64: top-k ids equal to the fp64 ranking, max |log-prob error|.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import statistics
 import sys
@@ -33,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from megatron_overlay.ops import (linear_logprob_entropy, linear_logprobs_at,  # noqa: E402
                                   linear_topk_logprobs)
+from tools.bench.memory import peak_extra_gib  # noqa: E402
+from tools.bench.timing import burst  # noqa: E402
 
 SHAPES = [(8192, 4096, 151936), (16384, 3584, 152064), (32768, 4096, 151936)]
 KS = [1, 8, 32]
@@ -42,31 +43,16 @@ MiB = float(1 << 20)
 
 
 def cuda_time(fn, inputs, warmup: int, repeats: int) -> float:
+    """Median ms of single calls, each between CUDA events and followed by a sync (this
+    tool's figures so far; tools/bench/timing.py says what that adds over steady state)."""
     for i in range(warmup):
         fn(*inputs[i % len(inputs)])
     torch.cuda.synchronize()
-    times = []
-    for i in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(*inputs[i % len(inputs)])
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return statistics.median(burst(fn, inputs, 1, i) for i in range(repeats))
 
 
 def peak_extra_mib(fn, args) -> float:
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    out = fn(*args)
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    del out
-    return peak / MiB
+    return peak_extra_gib(fn, args) * 1024
 
 
 def make_inputs(n, h, v, k, seed):
