@@ -62,7 +62,7 @@ def _build(methods, log):
 
 def bench_shape(n, hdim, v, methods, args, clocks, log):
     """Rows (one per method) for one shape: times, ratios, peaks, errors."""
-    sets, w = make_inputs(n, hdim, v, seed=n)
+    sets, w = make_inputs(n, hdim, v, seed=n, logits=args.logits)
     a, b = loss_coeffs(n, w.device)
     ref_lp, ref_ent = fp64_reference(sets[0][0], w, sets[0][1], min(ACC_ROWS, n))
     objs = _build(methods, log)
@@ -113,7 +113,7 @@ def diagnose(shape, args, clocks, log):
     """The same gemm-vs-ours ratios under each protocol of tools/bench/protocols.py, forward
     and forward+backward, each protocol twice in a row."""
     n, hdim, v = shape
-    sets, w = make_inputs(n, hdim, v, seed=n)
+    sets, w = make_inputs(n, hdim, v, seed=n, logits=args.logits)
     a, b = loss_coeffs(n, w.device)
     objs = _build(args.methods, log)
     out = {"shape": list(shape)}
@@ -138,6 +138,8 @@ def main(argv=None):
     p.add_argument("--methods", default=DEFAULT_METHODS, help=f"of {','.join(METHODS)}")
     p.add_argument("--rounds", "--repeats", type=int, default=7,
                    help="timed rounds (each times every method once)")
+    p.add_argument("--logits", default="iid", choices=["iid", "zipf"],
+                   help="the inputs' logit distribution (tools/bench/inputs.py)")
     p.add_argument("--burst-ms", type=float, default=300.0,
                    help="GPU work per timed burst of back-to-back calls")
     p.add_argument("--heat-s", type=float, default=2.0,
@@ -183,7 +185,8 @@ def main(argv=None):
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": __import__("triton").__version__, "temperature": TEMPERATURE,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "argv": sys.argv[1:],
-            "rounds": args.rounds, "burst_ms": args.burst_ms, "heat_s": args.heat_s}
+            "rounds": args.rounds, "burst_ms": args.burst_ms, "heat_s": args.heat_s,
+            "logits": args.logits}
     log(json.dumps(meta))
     shape_of = lambda s: tuple(int(x) for x in s.split(","))  # noqa: E731
     with ClockSampler(torch.cuda.current_device()) as clocks:

@@ -76,3 +76,25 @@ def test_unknown_method_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench_fused_logprob.main(["--methods", "gemm,nope", "--out", str(tmp_path)])
     assert "nope" in capsys.readouterr().err
+
+
+def _ids_ever_above(logits_kind, eps=2.0 ** -12):
+    from tools.bench.inputs import TEMPERATURE, make_inputs
+    sets, w = make_inputs(256, 128, 32768, seed=0, device="cpu", dtype=torch.float32,
+                          logits=logits_kind)
+    p = torch.softmax(sets[0][0] @ w.T / TEMPERATURE, dim=-1)
+    return (p > eps).any(dim=0).float().mean().item()
+
+
+def test_zipf_logits_concentrate_the_probability_on_few_ids():
+    # what lets a kernel skip negligible vocab blocks: with "zipf" the ids that ever carry
+    # more than 2^-12 (bf16 eps / 32) are a small set shared by all rows; with "iid" each
+    # row has its own, and together they cover much of the vocabulary
+    assert _ids_ever_above("zipf") < 0.1
+    assert _ids_ever_above("iid") > 0.5
+
+
+def test_unknown_logit_distribution_is_refused():
+    from tools.bench.inputs import make_inputs
+    with pytest.raises(ValueError, match="logits must be one of"):
+        make_inputs(4, 8, 16, seed=0, device="cpu", logits="gauss")

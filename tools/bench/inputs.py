@@ -13,18 +13,36 @@ ACC_ROWS = 1024      # tokens checked against fp64 (the reference is [ACC_ROWS, 
 ROTATE = 2           # input sets rotated between timed calls (each is larger than L2)
 
 
-def make_inputs(n, hdim, v, seed, device="cuda", dtype=torch.bfloat16):
-    """ROTATE (hidden [n, hdim], labels [n]) sets and one weight [v, hdim]."""
+LOGITS = ("iid", "zipf")
+
+
+def make_inputs(n, hdim, v, seed, device="cuda", dtype=torch.bfloat16, logits="iid"):
+    """ROTATE (hidden [n, hdim], labels [n]) sets and one weight [v, hdim].
+
+    ``logits``: "iid" (the default): every logit ~ N(0, 1.4^2), std ~2 at T = 0.7, a far
+    from uniform softmax but with no token favoured over another; what every table so far
+    used. "zipf": a language model's unigram skew on top of that: hidden[:, 0] = 1 and
+    weight[:, 0] = -T ln(1 + rank) for a random ranking of the vocabulary, so that the
+    softmax at T follows 1 / (1 + rank) times the iid part (std 0.5 there); most of the
+    vocabulary then carries negligible probability, as in real output layers. Kernels
+    that skip negligible blocks (cut-cross-entropy's backward) run faster on it; for the
+    others only the power drawn may change."""
+    if logits not in LOGITS:
+        raise ValueError(f"logits must be one of {LOGITS}, got {logits!r}")
     g = torch.Generator(device=device).manual_seed(seed)
     sets = []
     for _ in range(ROTATE):
         h = torch.randn(n, hdim, device=device, dtype=dtype, generator=g)
+        if logits == "zipf":
+            h[:, 0] = 1.0
         y = torch.randint(0, v, (n,), device=device, generator=g)
         sets.append((h, y))
-    # logits std ~ 2 at T = 0.7: a realistic, far from uniform softmax
-    w = (torch.randn(v, hdim, device=device, dtype=torch.float32, generator=g)
-         * (1.4 / math.sqrt(hdim))).to(dtype)
-    return sets, w
+    std = 1.4 if logits == "iid" else 0.5 * TEMPERATURE
+    w = torch.randn(v, hdim, device=device, dtype=torch.float32, generator=g) * (std / math.sqrt(hdim))
+    if logits == "zipf":
+        rank = torch.randperm(v, device=device, generator=g).float()
+        w[:, 0] = -TEMPERATURE * torch.log1p(rank)
+    return sets, w.to(dtype)
 
 
 def loss_coeffs(n, device, seed=1):
