@@ -28,6 +28,8 @@ Writes results.json, table.md and bench.png (time and memory relative to the flo
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.metadata
 import json
 import sys
 import time
@@ -50,6 +52,13 @@ METHODS = {**BUILTIN, **PEERS}
 DEFAULT_METHODS = "gemm,materialized,ours,verl,liger_scaled_ce,liger_flce,cce"
 
 
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def _build(methods, log):
     objs = {}
     for name in methods:
@@ -62,7 +71,7 @@ def _build(methods, log):
 
 def bench_shape(n, hdim, v, methods, args, clocks, log):
     """Rows (one per method) for one shape: times, ratios, peaks, errors."""
-    sets, w = make_inputs(n, hdim, v, seed=n, logits=args.logits)
+    sets, w = make_inputs(n, hdim, v, seed=n, device=args.device, logits=args.logits)
     a, b = loss_coeffs(n, w.device)
     ref_lp, ref_ent = fp64_reference(sets[0][0], w, sets[0][1], min(ACC_ROWS, n))
     objs = _build(methods, log)
@@ -75,7 +84,8 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
                 if not (phase == "fb" and m in args.fwd_only)}
         with ctx():
             got = timing.interleaved(live, inputs, args.rounds, burst_ms=args.burst_ms,
-                                     heat_s=args.heat_s, clocks=clocks, log=log)
+                                     heat_s=args.heat_s, clocks=clocks, log=log,
+                                     cuda=args.device == "cuda")
         ratios = timing.paired_ratios(got, "gemm")
         for m, t in got.items():
             rec = timing.summarize(t)
@@ -105,7 +115,8 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
     for r in rows.values():
         log(f"  {json.dumps(r)}")
     del objs, sets, w
-    torch.cuda.empty_cache()
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
     return list(rows.values())
 
 
@@ -138,6 +149,9 @@ def main(argv=None):
     p.add_argument("--methods", default=DEFAULT_METHODS, help=f"of {','.join(METHODS)}")
     p.add_argument("--rounds", "--repeats", type=int, default=7,
                    help="timed rounds (each times every method once)")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: a smoke run of the tool's code on tiny shapes (host-clock "
+                        "timings, no memory figures), not a benchmark")
     p.add_argument("--logits", default="iid", choices=["iid", "zipf"],
                    help="the inputs' logit distribution (tools/bench/inputs.py)")
     p.add_argument("--burst-ms", type=float, default=300.0,
@@ -173,8 +187,11 @@ def main(argv=None):
         except ImportError as e:  # the figure needs matplotlib; the table does not
             print(f"no figure: {e}", file=sys.stderr)
         return 0
-    if not torch.cuda.is_available():
-        p.error("needs a CUDA GPU (only --replot runs without one)")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("needs a CUDA GPU (only --replot and --device cpu run without one)")
+    if args.device == "cpu" and (args.diagnose or args.timeline or args.sweep
+                                 or args.host_profile or args.breakdown):
+        p.error("--device cpu runs the method table only")
     logf = open(out / "log.txt", "a")
 
     def log(msg):
@@ -182,14 +199,17 @@ def main(argv=None):
         logf.write(msg + "\n")
         logf.flush()
 
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "triton": __import__("triton").__version__, "temperature": TEMPERATURE,
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "argv": sys.argv[1:],
+    meta = {"device": torch.cuda.get_device_name() if args.device == "cuda" else
+            "cpu (smoke run: host-clock timings, not a benchmark)", "torch": torch.__version__,
+            "triton": _version("triton"), "temperature": TEMPERATURE,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "argv": sys.argv[1:] if argv is None else list(argv),
             "rounds": args.rounds, "burst_ms": args.burst_ms, "heat_s": args.heat_s,
             "logits": args.logits}
     log(json.dumps(meta))
     shape_of = lambda s: tuple(int(x) for x in s.split(","))  # noqa: E731
-    with ClockSampler(torch.cuda.current_device()) as clocks:
+    sampler = ClockSampler(torch.cuda.current_device()) if args.device == "cuda" else \
+        contextlib.nullcontext()
+    with sampler as clocks:
         if args.diagnose:
             res = diagnose(shape_of(args.diagnose), args, clocks, log)
             (out / "diagnose.json").write_text(json.dumps({"meta": meta, **res}, indent=1))
@@ -216,7 +236,7 @@ def main(argv=None):
                 extra[f"breakdown_{n}"] = profiling.kernel_breakdown(n, hdim, v, log)
             (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows, **extra},
                                                          indent=1))
-    if not args.no_grad_check:
+    if not args.no_grad_check and args.device == "cuda":
         try:
             n, hdim, v = shape_of(args.shapes.split(";")[0])
             extra["grad_check"] = profiling.grad_check(hdim, v, 2048, log)

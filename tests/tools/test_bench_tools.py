@@ -98,3 +98,25 @@ def test_unknown_logit_distribution_is_refused():
     from tools.bench.inputs import make_inputs
     with pytest.raises(ValueError, match="logits must be one of"):
         make_inputs(4, 8, 16, seed=0, device="cpu", logits="gauss")
+
+
+def test_cpu_smoke_run_of_the_method_table(tmp_path):
+    # the tool's whole table path (inputs, methods, interleaved bursts, paired ratios,
+    # accuracy against fp64, report) on tiny shapes; peers are absent here and are skipped
+    out = tmp_path / "smoke"
+    assert bench_fused_logprob.main([
+        "--device", "cpu", "--shapes", "64,32,512", "--methods", "gemm,materialized,ours,cce",
+        "--rounds", "2", "--burst-ms", "2", "--heat-s", "0", "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    assert data["meta"]["device"].startswith("cpu") and "--device" in data["meta"]["argv"]
+    rows = {r["method"]: r for r in data["rows"]}
+    assert set(rows) == {"gemm", "materialized", "ours"}  # cce is not installed here
+    for name in ("materialized", "ours"):
+        r = rows[name]
+        assert len(r["fwd_ms_rounds"]) == 2 and len(r["fb_ms_rounds"]) == 2
+        assert r["fwd_x_min"] <= r["fwd_x"] <= r["fwd_x_max"]
+        assert r["fwd_peak_gib"] is None  # no allocator counters on CPU
+    assert rows["ours"]["lp_err"] < 1e-4 and rows["ours"]["ent_err"] < 1e-4
+    # the materialized reference rounds its logits to bf16 before the fp32 softmax
+    assert 1e-4 < rows["materialized"]["lp_err"] < 0.1
+    assert "| 64, 32, 512 | ours |" in (out / "table.md").read_text()

@@ -9,9 +9,13 @@ import torch
 GiB = float(1 << 30)
 
 
-def peak_extra_gib(fn, args, exclude_bytes: int = 0) -> float:
+def peak_extra_gib(fn, args, exclude_bytes: int = 0) -> float | None:
     """Peak bytes allocated during fn(*args) beyond what was allocated before it, minus
-    ``exclude_bytes`` (e.g. the gradients every method must return), in GiB."""
+    ``exclude_bytes`` (e.g. the gradients every method must return), in GiB; None for CPU
+    tensors (the caching allocator's counters are CUDA's)."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if not tensors or not tensors[0].is_cuda:
+        return None
     gc.collect()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()

@@ -11,6 +11,8 @@ Why this protocol (measured: docs/BENCHMARKS.md, "Which figures hold"):
   - a heat-up of the GPU to its steady power state before the first round, and inputs
     rotated between calls (each set larger than the 50 MB L2).
 ``burst_ms`` sets how much work a burst holds; ``calls`` = ceil(burst_ms / one call's ms).
+``cuda=False`` times with the host clock instead (CPU tensors): the tools' smoke runs on a
+machine without a GPU (tests/tools), not a benchmark.
 """
 
 from __future__ import annotations
@@ -39,35 +41,40 @@ class Timing:
         return statistics.median(self.ms) if self.ms else None
 
 
-def burst(fn, inputs, calls: int, first: int = 0, host: list | None = None) -> float:
+def burst(fn, inputs, calls: int, first: int = 0, host: list | None = None,
+          cuda: bool = True) -> float:
     """Milliseconds per call of ``calls`` back-to-back calls fn(*inputs[i % len]).
     ``host``: gets the host milliseconds per call spent enqueueing (the GPU's queue holds
     far more than a burst, so the host never waits for the GPU inside the loop, unless
     the method itself synchronizes)."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
     t0 = time.perf_counter()
     for i in range(calls):
         fn(*inputs[(first + i) % len(inputs)])
+    t1 = time.perf_counter()
     if host is not None:
-        host.append((time.perf_counter() - t0) * 1e3 / calls)
+        host.append((t1 - t0) * 1e3 / calls)
+    if not cuda:
+        return (t1 - t0) * 1e3 / calls
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / calls
 
 
-def heat(fn, inputs, seconds: float) -> None:
+def heat(fn, inputs, seconds: float, cuda: bool = True) -> None:
     """Run ``fn`` until ``seconds`` have passed: the GPU reaches its steady power state."""
     t_end = time.perf_counter() + seconds
     i = 0
     while time.perf_counter() < t_end:
-        burst(fn, inputs, 4, i)
+        burst(fn, inputs, 4, i, cuda=cuda)
         i += 4
 
 
 def interleaved(fns: dict, inputs, rounds: int, *, burst_ms: float = 300.0,
                 heat_s: float = 2.0, warmup_calls: int = 2, clocks=None, single: bool = False,
-                rotate_order: bool = True, log=print) -> dict:
+                rotate_order: bool = True, cuda: bool = True, log=print) -> dict:
     """Time every fn in ``fns`` (name -> callable) ``rounds`` times, interleaved.
 
     ``single``: one call per timing and a sync after it (the old protocol, kept for
@@ -78,22 +85,24 @@ def interleaved(fns: dict, inputs, rounds: int, *, burst_ms: float = 300.0,
         try:
             for i in range(warmup_calls):
                 fn(*inputs[i % len(inputs)])
-            torch.cuda.synchronize()
-            one = burst(fn, inputs, 1)
+            if cuda:
+                torch.cuda.synchronize()
+            one = burst(fn, inputs, 1, cuda=cuda)
             out[name].calls = 1 if single else max(1, math.ceil(burst_ms / max(one, 1e-3)))
             live.append(name)
         except Exception as e:  # a peer that fails at this shape
             out[name].error = f"{type(e).__name__}: {str(e)[:300]}"
             log(f"  {name}: {out[name].error}")
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
     if live and heat_s > 0:
-        heat(fns[live[0]], inputs, heat_s)
+        heat(fns[live[0]], inputs, heat_s, cuda=cuda)
     for r in range(rounds):
         order = live[r % len(live):] + live[:r % len(live)] if rotate_order else list(live)
         for name in order:
             t = out[name]
             t0 = time.perf_counter()
-            ms = burst(fns[name], inputs, t.calls, r, host=t.host_ms)
+            ms = burst(fns[name], inputs, t.calls, r, host=t.host_ms, cuda=cuda)
             t1 = time.perf_counter()
             t.ms.append(ms)
             got = clocks.window(t0, t1) if clocks is not None else None
