@@ -7,22 +7,26 @@ Per shape (N tokens, H hidden, V vocab; bf16, temperature 0.7) and k:
   topk_torch      torch.topk(log_softmax(fp32 logits / T), k) on materialized logits
   at_ours_fb      linear_logprobs_at(hidden, W, ids [N, k]) forward + backward
   at_torch_fb     log_softmax(fp32 logits / T).gather(ids), forward + backward
-Median ms of CUDA-event-timed repeats over two rotating input sets, peak extra memory
-beyond the inputs (and, for top-k, beyond its outputs), and checks on the first rows
-against fp64: top-k ids equal to the fp64 ranking, max |log-prob error|.
+Timed by the protocol of tools/bench/timing.py (steady-state bursts of back-to-back calls
+over two rotating input sets, every method of a phase interleaved round by round, ratios
+to the floor paired within each round: median and range), then peak extra memory beyond
+the inputs (and, for top-k, beyond its outputs), and checks on the first rows against
+fp64: top-k ids equal to the fp64 ranking, max |log-prob error|. ``--device cpu``: a smoke
+run of the tool's code on tiny shapes (host-clock timings, no memory figures).
 
     python tools/bench_distill.py --out out/distill
     python tools/bench_distill.py --shapes 4096,1024,32000 --ks 8 --out out/small
     python tools/bench_distill.py --sweep 8192,4096,151936,8 --out out/sweep  # + configs
     python tools/bench_distill.py --sweep 8192,4096,151936,32 --sweep-splits 1,2,4 --ks 32 \
         --shapes 8192,4096,151936 --out out/sweep          # + split counts
+    python tools/bench_distill.py --device cpu --shapes 64,32,512 --ks 1,4 --out out/smoke
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -32,34 +36,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from megatron_overlay.ops import (linear_logprob_entropy, linear_logprobs_at,  # noqa: E402
                                   linear_topk_logprobs)
+from tools.bench import timing  # noqa: E402
+from tools.bench.clocks import ClockSampler  # noqa: E402
 from tools.bench.memory import peak_extra_gib  # noqa: E402
-from tools.bench.timing import burst  # noqa: E402
 
 SHAPES = [(8192, 4096, 151936), (16384, 3584, 152064), (32768, 4096, 151936)]
 KS = [1, 8, 32]
 TEMPERATURE = 0.7
 CHECK_ROWS = 256
-MiB = float(1 << 20)
 
 
-def cuda_time(fn, inputs, warmup: int, repeats: int) -> float:
-    """Median ms of single calls, each between CUDA events and followed by a sync (this
-    tool's figures so far; tools/bench/timing.py says what that adds over steady state)."""
-    for i in range(warmup):
-        fn(*inputs[i % len(inputs)])
-    torch.cuda.synchronize()
-    return statistics.median(burst(fn, inputs, 1, i) for i in range(repeats))
+def peak_extra_mib(fn, args):
+    gib = peak_extra_gib(fn, args)
+    return None if gib is None else gib * 1024
 
 
-def peak_extra_mib(fn, args) -> float:
-    return peak_extra_gib(fn, args) * 1024
-
-
-def make_inputs(n, h, v, k, seed):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    hidden = torch.randn(n, h, device="cuda", generator=gen).bfloat16()
-    weight = (torch.randn(v, h, device="cuda", generator=gen) * h ** -0.5 * 4).bfloat16()
-    ids = torch.randint(0, v, (n, k), device="cuda", generator=gen)
+def make_inputs(n, h, v, k, seed, device="cuda"):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    hidden = torch.randn(n, h, device=device, generator=gen).bfloat16()
+    weight = (torch.randn(v, h, device=device, generator=gen) * h ** -0.5 * 4).bfloat16()
+    ids = torch.randint(0, v, (n, k), device=device, generator=gen)
     return hidden, weight, ids
 
 
@@ -127,103 +123,144 @@ def check(hidden, weight, k) -> dict:
             "rowtemp_max_err": (varying.topk_log_probs.double() - rt_vals).abs().max().item()}
 
 
-def run_shape(n, h, v, ks, repeats, results, log):
-    sets = [make_inputs(n, h, v, max(ks), seed) for seed in (0, 1)]
-    base = {}
-    for name, fn in (("gemm", gemm_fwd), ("gemm_fb", gemm_fb)):
-        base[name] = cuda_time(fn, sets, 2, repeats)
-        results.append({"shape": [n, h, v], "method": name, "ms": base[name]})
-        log(f"{n}x{h}x{v} {name:>12}: {base[name]:8.2f} ms")
+def _timed(fns, args, clocks, log):
+    """name -> Timing of fns (each takes an input-set index), interleaved."""
+    return timing.interleaved(fns, [(0,), (1,)], args.rounds, burst_ms=args.burst_ms,
+                              heat_s=args.heat_s, clocks=clocks, log=log,
+                              cuda=args.device == "cuda")
+
+
+def run_shape(n, h, v, ks, args, clocks, results, log):
+    sets = [make_inputs(n, h, v, max(ks), seed, args.device) for seed in (0, 1)]
+    per_k = {k: [(a, b, c[:, :k].contiguous()) for a, b, c in sets] for k in ks}
+
+    def bind(fn, k):
+        return lambda i: fn(*per_k[k][i])
+
+    fwd = {"gemm": bind(gemm_fwd, ks[0])}
+    fb = {"gemm_fb": bind(gemm_fb, ks[0])}
     for k in ks:
-        kset = [(a, b, c[:, :k].contiguous()) for a, b, c in sets]
+        fwd[f"topk_ours@{k}"], fwd[f"topk_torch@{k}"] = bind(topk_ours(k), k), bind(topk_torch(k), k)
+        fb[f"at_ours_fb@{k}"], fb[f"at_torch_fb@{k}"] = bind(at_ours_fb, k), bind(at_torch_fb, k)
+    with torch.no_grad():
+        got = _timed(fwd, args, clocks, log)
+    ratios = timing.paired_ratios(got, "gemm")
+    got_fb = _timed(fb, args, clocks, log)
+    got.update(got_fb)
+    ratios.update(timing.paired_ratios(got_fb, "gemm_fb"))
+    for name in ("gemm", "gemm_fb"):
+        results.append({"shape": [n, h, v], "method": name, **timing.summarize(got[name])})
+        log(f"{n}x{h}x{v} {name:>12}: {got[name].median_ms or 0:8.2f} ms")
+    for k in ks:
         row = {"shape": [n, h, v], "k": k}
         try:
-            row.update(check(kset[0][0], kset[0][1], k))
+            row.update(check(per_k[k][0][0], per_k[k][0][1], k))
         except Exception as err:  # noqa: BLE001  (reported, the timing still runs)
             row["check_error"] = repr(err)
-        for name, fn in (("topk_ours", topk_ours(k)), ("topk_torch", topk_torch(k)),
+        for base, fn in (("topk_ours", topk_ours(k)), ("topk_torch", topk_torch(k)),
                          ("at_ours_fb", at_ours_fb), ("at_torch_fb", at_torch_fb)):
-            try:
-                ms = cuda_time(fn, kset, 2, repeats)
-                mem = peak_extra_mib(fn, kset[0])
-            except Exception as err:  # noqa: BLE001
-                row[name] = {"error": repr(err)[:300]}
-                log(f"{n}x{h}x{v} k={k} {name}: ERROR {err!r}"[:300])
+            t = got[f"{base}@{k}"]
+            if t.error:
+                row[base] = {"error": t.error}
                 continue
-            floor = base["gemm_fb"] if name.endswith("_fb") else base["gemm"]
-            out_mib = n * k * 12 / MiB if name.startswith("topk") else 0.0
-            row[name] = {"ms": ms, "x_floor": ms / floor, "peak_extra_mib": mem,
-                         "extra_beyond_outputs_mib": mem - out_mib}
-            log(f"{n}x{h}x{v} k={k} {name:>12}: {ms:8.2f} ms  {ms / floor:5.3f}x floor  "
-                f"peak +{mem:8.1f} MiB")
+            rec = timing.summarize(t)
+            rec["x_floor"], rec["x_floor_min"], rec["x_floor_max"] = ratios[f"{base}@{k}"]
+            try:
+                mem = peak_extra_mib(fn, per_k[k][0])
+            except Exception as err:  # noqa: BLE001
+                mem, rec["peak_error"] = None, repr(err)[:300]
+            out_mib = n * k * 12 / 2 ** 20 if base.startswith("topk") else 0.0
+            rec["peak_extra_mib"] = mem
+            rec["extra_beyond_outputs_mib"] = None if mem is None else mem - out_mib
+            row[base] = rec
+            log(f"{n}x{h}x{v} k={k} {base:>12}: {rec['ms']:8.2f} ms  {rec['x_floor']:5.3f}x "
+                f"floor ({rec['x_floor_min']:.3f}-{rec['x_floor_max']:.3f})  peak +"
+                f"{'-' if mem is None else format(mem, '.1f')} MiB")
         results.append(row)
         checks = {name: value for name, value in row.items()
                   if name not in ("shape", "k") and not isinstance(value, dict)}
         log(f"   check: {json.dumps(checks)}")
 
 
-def sweep(n, h, v, k, repeats, log, split_counts=()) -> list:
+def sweep(n, h, v, k, args, clocks, log, split_counts=()) -> list:
     """The top-k kernel's candidate configs (triton_topk.CANDIDATES), forward stage only,
     then the default config at each of ``split_counts`` vocab splits (default: the host's
-    choice)."""
+    choice); all interleaved with the GEMM."""
     from megatron_overlay.ops.kernels import triton_topk
 
     sets = [make_inputs(n, h, v, 1, seed) for seed in (0, 1)]
     no_label = torch.full((n,), -1, dtype=torch.int64, device="cuda")
-    gemm = cuda_time(gemm_fwd, sets, 2, repeats)
-    rows = []
+    fns = {"gemm": lambda i: gemm_fwd(*sets[i])}
     tries = [(cfg, None) for cfg in triton_topk.CANDIDATES]
     tries += [(triton_topk.CANDIDATES[0], s) for s in split_counts]
     for cfg, splits in tries:
-        def run(hh, ww, _ids, cfg=cfg, splits=splits):
-            return triton_topk.topk_stats(hh, ww, no_label, 1 / TEMPERATURE, False, k,
-                                          config=cfg, splits=splits)
-        name = cfg.name() + ("" if splits is None else f" splits={splits}")
-        try:
-            ms = cuda_time(run, sets, 2, repeats)
-        except Exception as err:  # noqa: BLE001
-            log(f"sweep {name} k={k}: ERROR {err!r}"[:300])
+        def run(i, cfg=cfg, splits=splits):
+            return triton_topk.topk_stats(sets[i][0], sets[i][1], no_label, 1 / TEMPERATURE,
+                                          False, k, config=cfg, splits=splits)
+        fns[cfg.name() + ("" if splits is None else f" splits={splits}")] = run
+    with torch.no_grad():
+        got = _timed(fns, args, clocks, log)
+    ratios = timing.paired_ratios(got, "gemm")
+    rows = []
+    for name, t in got.items():
+        if name == "gemm" or t.error:
             continue
-        rows.append({"shape": [n, h, v], "k": k, "config": cfg.name(), "splits": splits,
-                     "ms": ms, "x_gemm": ms / gemm})
-        log(f"sweep {n}x{h}x{v} k={k} {name:>42}: {ms:8.2f} ms {ms / gemm:5.3f}x gemm")
+        rows.append({"shape": [n, h, v], "k": k, "config": name, "ms": t.median_ms,
+                     "x_gemm": ratios[name][0], "x_gemm_range": list(ratios[name][1:])})
+        log(f"sweep {n}x{h}x{v} k={k} {name:>42}: {t.median_ms:8.2f} ms "
+            f"{ratios[name][0]:5.3f}x gemm")
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="*", default=None, help="N,H,V ...")
     parser.add_argument("--ks", default=",".join(map(str, KS)))
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", "--repeats", type=int, default=7,
+                        help="timed rounds (each times every method of a phase once)")
+    parser.add_argument("--burst-ms", type=float, default=300.0)
+    parser.add_argument("--heat-s", type=float, default=2.0)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                        help="cpu: a smoke run of the tool's code, not a benchmark")
     parser.add_argument("--out", required=True)
     parser.add_argument("--sweep", default=None, metavar="N,H,V,k",
                         help="also time the top-k kernel's candidate configs at this shape")
     parser.add_argument("--sweep-splits", default="", metavar="S,S,...",
                         help="with --sweep: also these vocab split counts (default config)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU (--device cpu runs a smoke run without one)")
+    if args.device == "cpu" and args.sweep:
+        parser.error("--sweep times the Triton kernel: CUDA only")
     shapes = [tuple(map(int, s.split(","))) for s in args.shapes] if args.shapes else SHAPES
     ks = [int(k) for k in args.ks.split(",")]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: list = []
-    lines: list[str] = []
+    meta = {"device": torch.cuda.get_device_name() if args.device == "cuda" else
+            "cpu (smoke run: host-clock timings, not a benchmark)", "torch": torch.__version__,
+            "temperature": TEMPERATURE, "rounds": args.rounds, "burst_ms": args.burst_ms,
+            "argv": sys.argv[1:] if argv is None else list(argv)}
 
     def log(line: str) -> None:
         print(line, flush=True)
-        lines.append(line)
-        (out / "results.json").write_text(json.dumps(
-            {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-             "temperature": TEMPERATURE, "results": results}, indent=1))
+        (out / "results.json").write_text(json.dumps({**meta, "results": results}, indent=1))
 
-    if args.sweep:
-        n, h, v, k = map(int, args.sweep.split(","))
-        split_counts = [int(x) for x in args.sweep_splits.split(",") if x]
-        results.extend(sweep(n, h, v, k, args.repeats, log, split_counts))
-    for n, h, v in shapes:
-        run_shape(n, h, v, ks, args.repeats, results, log)
-        torch.cuda.empty_cache()
+    sampler = ClockSampler(torch.cuda.current_device()) if args.device == "cuda" else \
+        contextlib.nullcontext()
+    with sampler as clocks:
+        if args.sweep:
+            n, h, v, k = map(int, args.sweep.split(","))
+            split_counts = [int(x) for x in args.sweep_splits.split(",") if x]
+            results.extend(sweep(n, h, v, k, args, clocks, log, split_counts))
+        for n, h, v in shapes:
+            run_shape(n, h, v, ks, args, clocks, results, log)
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
     log("done")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

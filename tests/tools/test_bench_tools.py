@@ -120,3 +120,30 @@ def test_cpu_smoke_run_of_the_method_table(tmp_path):
     # the materialized reference rounds its logits to bf16 before the fp32 softmax
     assert 1e-4 < rows["materialized"]["lp_err"] < 0.1
     assert "| 64, 32, 512 | ours |" in (out / "table.md").read_text()
+
+
+def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
+    from tools import bench_distill
+    out = tmp_path / "distill"
+    assert bench_distill.main(["--device", "cpu", "--shapes", "64,32,512", "--ks", "1,4",
+                               "--rounds", "2", "--burst-ms", "2", "--heat-s", "0",
+                               "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    floors = {r["method"]: r for r in data["results"] if "method" in r}
+    assert set(floors) == {"gemm", "gemm_fb"} and len(floors["gemm"]["ms_rounds"]) == 2
+    rows = {r["k"]: r for r in data["results"] if "k" in r}
+    assert set(rows) == {1, 4}
+    for k, row in rows.items():
+        assert row["ids_equal_frac"] == 1.0 and row["topk_max_err"] < 1e-4
+        assert row["rowtemp_constant_bitwise"] is True
+        for name in ("topk_ours", "topk_torch", "at_ours_fb", "at_torch_fb"):
+            rec = row[name]
+            assert rec["x_floor_min"] <= rec["x_floor"] <= rec["x_floor_max"]
+            assert rec["peak_extra_mib"] is None
+
+
+def test_distillation_benchmark_refuses_a_cpu_sweep(tmp_path, capsys):
+    from tools import bench_distill
+    with pytest.raises(SystemExit):
+        bench_distill.main(["--device", "cpu", "--sweep", "64,32,512,4", "--out", str(tmp_path)])
+    assert "CUDA only" in capsys.readouterr().err
