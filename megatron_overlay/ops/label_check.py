@@ -1,4 +1,4 @@
-"""The label-range check, without a device->host sync on CUDA.
+"""The label-range check (and the token-id range check), without a device->host sync on CUDA.
 
 Labels outside ``[0, vocab)`` (other than ``ignore_index``) must never give a silent wrong
 answer, but checking them on the host costs a sync per call (the CPU stops running ahead
@@ -20,6 +20,12 @@ of the GPU once per microbatch) and breaks ``torch.cuda.graph`` capture. So:
   check); the record stays on the device and ``check_labels()`` reads the latest one of
   each captured call after a replay.
 
+The vocab ids of ``linear_logprobs_at`` / ``fused_logprobs_at`` (``token_ids`` [N, K]) go
+the same way (``bad_ids`` / ``defer_ids`` / ``check_ids_eagerly``): on CUDA, rows with an
+id outside ``[0, vocab)`` get NaN log-probs and gradients (the ids are clamped for the
+gather, which never reads out of bounds), and the ValueError names ``token_ids``; the same
+strict switch checks them eagerly.
+
 Under TP every rank holds the same labels and the same record, but each polls on its own
 clock, so ranks can raise at different calls: the one that raises exits while its peers
 wait in the next collective until the launcher (torchrun) stops them, as already happens
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from functools import partial
 
 import torch
 
@@ -40,8 +47,9 @@ STRICT_ENV = "MEGATRON_OVERLAY_STRICT_LABELS"
 MAX_PENDING = 256
 _I64_MAX = torch.iinfo(torch.int64).max
 
-_pending: deque = deque()   # (host record, event, vocab_size, ignore_index), oldest first
-_captured: list = []        # (device record, vocab_size, ignore_index) made during capture
+_pending: deque = deque()   # (host record, event, message), oldest first
+_captured: list = []        # (device record, message) made during capture
+# message(count, low, high, first, deferred=...) -> str: one per kind of record
 
 
 def _capturing() -> bool:
@@ -64,6 +72,14 @@ def _message(count: int, low: int, high: int, first: int, vocab_size: int,
             f"token {first}); mask padding with ignore_index")
 
 
+def _ids_message(count: int, low: int, high: int, first: int, vocab_size: int, k: int,
+                 name: str, deferred: bool = False) -> str:
+    when = (" (found on the GPU in an earlier call, whose log-probs for those tokens are "
+            "NaN)") if deferred else ""
+    return (f"{name} out of range{when}: ids must lie in [0, {vocab_size}); got {count} "
+            f"outside it (smallest {low}, largest {high}, first at token {first // k})")
+
+
 def check_eagerly(labels: torch.Tensor, vocab_size: int, ignore_index: int) -> None:
     """Raise ``ValueError`` now if any label is out of range (one host sync on CUDA)."""
     if not labels.numel():
@@ -74,14 +90,31 @@ def check_eagerly(labels: torch.Tensor, vocab_size: int, ignore_index: int) -> N
         raise ValueError(_message(count, low, high, first, vocab_size, ignore_index))
 
 
+def check_ids_eagerly(ids: torch.Tensor, vocab_size: int, name: str = "token_ids") -> None:
+    """Raise ``ValueError`` now if any id of ``ids`` [N, K] is out of range (one host sync
+    on CUDA)."""
+    if not ids.numel():
+        return
+    count, low, high, first = (int(x) for x in _record(bad_ids(ids, vocab_size), ids).tolist())
+    if count:
+        raise ValueError(_ids_message(count, low, high, first, vocab_size, ids.shape[-1], name))
+
+
+def bad_ids(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Bool like ``ids``: True where an id is outside [0, vocab_size)."""
+    return (ids < 0) | (ids >= vocab_size)
+
+
 def bad_labels(labels: torch.Tensor, vocab_size: int, ignore_index: int) -> torch.Tensor:
     """[N] bool, on the labels' device: True where a label is out of range."""
     return (labels != ignore_index) & ((labels < 0) | (labels >= vocab_size))
 
 
 def _record(bad: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """[4] int64 on the device: (count, smallest bad id, largest bad id, first bad index)."""
-    ids = labels.to(torch.int64)
+    """[4] int64 on the device: (count, smallest bad id, largest bad id, first bad index
+    in the flattened tensor)."""
+    ids = labels.reshape(-1).to(torch.int64)
+    bad = bad.reshape(-1)
     return torch.stack([
         bad.sum(dtype=torch.int64),
         torch.where(bad, ids, _I64_MAX).amin(),
@@ -92,20 +125,31 @@ def _record(bad: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 def defer(bad: torch.Tensor, labels: torch.Tensor, vocab_size: int, ignore_index: int) -> None:
     """Queue the device-side check of one call's labels (CUDA; no sync)."""
-    if not labels.numel():
-        return
-    record = _record(bad, labels)
+    if labels.numel():
+        _defer(_record(bad, labels),
+               partial(_message, vocab_size=vocab_size, ignore_index=ignore_index))
+
+
+def defer_ids(bad: torch.Tensor, ids: torch.Tensor, vocab_size: int,
+              name: str = "token_ids") -> None:
+    """Queue the device-side check of one call's vocab ids [N, K] (CUDA; no sync)."""
+    if ids.numel():
+        _defer(_record(bad, ids),
+               partial(_ids_message, vocab_size=vocab_size, k=ids.shape[-1], name=name))
+
+
+def _defer(record: torch.Tensor, message) -> None:
     if not record.is_cuda:  # CPU (tests): the record is already on the host
-        _pending.append((record, None, vocab_size, ignore_index))
+        _pending.append((record, None, message))
         return
     if _capturing():
-        _captured.append((record, vocab_size, ignore_index))
+        _captured.append((record, message))
         return
     host = torch.empty(4, dtype=torch.int64, pin_memory=True)
     host.copy_(record, non_blocking=True)
     event = torch.cuda.Event()
     event.record()
-    _pending.append((host, event, vocab_size, ignore_index))
+    _pending.append((host, event, message))
     while len(_pending) > MAX_PENDING:
         if _pending[0][1] is not None:
             _pending[0][1].synchronize()
@@ -121,7 +165,7 @@ def poll(wait: bool = False) -> None:
     if not wait and _capturing():  # no event queries inside a capture
         return
     while _pending:
-        host, event, vocab_size, ignore_index = _pending[0]
+        host, event, message = _pending[0]
         if event is not None:
             if wait:
                 event.synchronize()
@@ -130,18 +174,17 @@ def poll(wait: bool = False) -> None:
         _pending.popleft()
         count, low, high, first = (int(x) for x in host.tolist())
         if count:
-            raise ValueError(_message(count, low, high, first, vocab_size, ignore_index,
-                                      deferred=True))
+            raise ValueError(message(count, low, high, first, deferred=True))
 
 
 def check_labels() -> None:
-    """Wait for every pending label check and raise ``ValueError`` if one found bad labels.
+    """Wait for every pending label (and token-id) check and raise ``ValueError`` if one
+    found bad ids.
 
     Also reads the device records of calls captured in CUDA graphs (their latest replay).
     """
     poll(wait=True)
-    for record, vocab_size, ignore_index in _captured:
+    for record, message in _captured:
         count, low, high, first = (int(x) for x in record.tolist())
         if count:
-            raise ValueError(_message(count, low, high, first, vocab_size, ignore_index,
-                                      deferred=True))
+            raise ValueError(message(count, low, high, first, deferred=True))

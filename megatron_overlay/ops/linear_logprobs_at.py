@@ -16,14 +16,20 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from . import label_check
 from .linear_logprob import merge_stats, pick_impl, validate_matrices
 from .logits_at import logits_at
 from .params import LogprobParams
 from .temperature import inverse_temperature
 
 
-def validate_token_ids(token_ids, n_tokens: int, vocab_size: int, device, name="token_ids"):
-    """[N, K] int64 ids in [0, vocab_size); errors name ``name`` and the fix."""
+def validate_token_ids(token_ids, n_tokens: int, vocab_size: int, device, name="token_ids",
+                       strict: bool | None = None):
+    """[N, K] int64 ids in [0, vocab_size); errors name ``name`` and the fix.
+
+    The range: checked here on CPU and in strict mode (``strict``, else
+    $MEGATRON_OVERLAY_STRICT_LABELS; one sync on CUDA); otherwise on the device inside the
+    op, raised later without a sync (ops/label_check.py)."""
     if not isinstance(token_ids, torch.Tensor) or token_ids.dtype not in (torch.int64,
                                                                           torch.int32):
         got = token_ids.dtype if isinstance(token_ids, torch.Tensor) else type(token_ids).__name__
@@ -35,12 +41,8 @@ def validate_token_ids(token_ids, n_tokens: int, vocab_size: int, device, name="
     if token_ids.device != device:
         raise ValueError(f"{name} is on {token_ids.device} but the hidden states are on "
                          f"{device}; move it, e.g. {name}.to(hidden.device)")
-    if token_ids.numel():
-        # One reduction and one device->host copy (a single sync on CUDA), as for labels.
-        low, high = (int(x) for x in torch.stack(torch.aminmax(token_ids)).tolist())
-        if low < 0 or high >= vocab_size:
-            raise ValueError(f"{name} out of range: ids must lie in [0, {vocab_size}); got min "
-                             f"{low}, max {high}")
+    if not token_ids.is_cuda or label_check.strict_mode(strict):
+        label_check.check_ids_eagerly(token_ids, vocab_size, name)
 
 
 def shard_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int) -> torch.Tensor:
@@ -90,9 +92,20 @@ class LinearLogprobsAt(torch.autograd.Function):
     def forward(ctx, hidden, weight, token_ids, params: LogprobParams, tp_group):
         impl = pick_impl(hidden.device)
         tp, vocab_start = vocab_start_of(weight, tp_group)
+        world = dist.get_world_size(tp_group) if tp else 1
+        if hidden.is_cuda:
+            label_check.poll()  # earlier calls' checks that have finished (no wait)
         inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
         no_label = torch.full((hidden.shape[0],), -1, dtype=torch.int64, device=hidden.device)
         stats = impl.forward_stats(hidden, weight, no_label, inv_t, params.return_entropy)
+        # Out-of-range ids (ValueError on CPU and in strict mode, before this): their rows
+        # get NaN log-probs and gradients, the ids are clamped so that no gather reads out
+        # of bounds, and on CUDA the host raises later (ops/label_check.py).
+        bad = label_check.bad_ids(token_ids, weight.shape[0] * world)
+        if hidden.is_cuda:
+            label_check.defer_ids(bad, token_ids, weight.shape[0] * world)
+        bad_rows = bad.any(dim=1)
+        token_ids = torch.where(bad, 0, token_ids)
         local_ids = shard_ids(token_ids, vocab_start, weight.shape[0])
         # the Triton stages gather in a kernel (kernels/gather_dot.py); torch: logits_at.py
         z_at = getattr(impl, "logits_at", logits_at)(hidden, weight, local_ids, inv_t)
@@ -100,20 +113,23 @@ class LinearLogprobsAt(torch.autograd.Function):
             stats = merge_stats(stats, tp_group)
             dist.all_reduce(z_at, group=tp_group)  # each id lives in exactly one shard
         lse, mean_z, entropy = entropy_from_stats(stats)
-        log_probs = z_at - lse[:, None]
+        log_probs = torch.where(bad_rows[:, None], float("nan"), z_at - lse[:, None])
         if not params.return_entropy:
             entropy = mean_z = None
         ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None
         if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive
-            ctx.save_for_backward(hidden, weight, local_ids, lse, mean_z)
+            ctx.save_for_backward(hidden, weight, local_ids, lse, mean_z, bad_rows)
         return log_probs, entropy
 
     @staticmethod
     def backward(ctx, grad_log_probs, grad_entropy):
-        hidden, weight, local_ids, lse, mean_z = ctx.saved_tensors
+        hidden, weight, local_ids, lse, mean_z, bad_rows = ctx.saved_tensors
+        if hidden.is_cuda:
+            label_check.poll()
         if grad_log_probs is None:
             grad_log_probs = torch.zeros(local_ids.shape, dtype=torch.float32,
                                          device=hidden.device)
+        grad_log_probs = torch.where(bad_rows[:, None], float("nan"), grad_log_probs.float())
         if mean_z is None:
             grad_entropy = None
         d_hidden, d_weight = backward_at_ids(
@@ -124,16 +140,22 @@ class LinearLogprobsAt(torch.autograd.Function):
 
 
 def linear_logprobs_at(hidden: torch.Tensor, weight: torch.Tensor, token_ids: torch.Tensor,
-                       *, temperature=1.0, tp_group=None, return_entropy: bool = False):
+                       *, temperature=1.0, tp_group=None, return_entropy: bool = False,
+                       strict_ids: bool | None = None):
     """``log softmax(hidden @ weight.T / T)`` at ``token_ids``, without the logits.
 
     hidden [N, H], weight [V_local, H] (this rank's vocab shard when ``tp_group`` is given;
     shards in rank order), token_ids [N, K] global ids in [0, V). ``temperature``: a
     float, a 0-d tensor or an [N] tensor (finite, > 0). Returns ``(log_probs [N, K] fp32,
     entropy [N] fp32 or None)``; d_hidden is complete on every rank.
+
+    Ids outside ``[0, V)`` raise ``ValueError``: at once on CPU or with ``strict_ids=True``
+    (or ``MEGATRON_OVERLAY_STRICT_LABELS=1``); on CUDA otherwise without a host sync, at a
+    later point that ops/label_check.py documents (those rows' log-probs are NaN meanwhile).
     """
     params = LogprobParams(temperature=temperature, return_entropy=return_entropy)
     validate_matrices(hidden, weight)
     world = dist.get_world_size(tp_group) if tp_group is not None else 1
-    validate_token_ids(token_ids, hidden.shape[0], weight.shape[0] * world, hidden.device)
+    validate_token_ids(token_ids, hidden.shape[0], weight.shape[0] * world, hidden.device,
+                       strict=strict_ids)
     return LinearLogprobsAt.apply(hidden, weight, token_ids, params, tp_group)

@@ -154,3 +154,27 @@ def test_fused_logprob_in_gptmodel_forward_capture():
             assert torch.equal(lp, ref_lp) and torch.equal(ent, ref_ent)
     finally:
         gpt_setup.shutdown()
+
+
+def test_bad_token_ids_on_cuda_raise_later_without_a_sync():
+    from megatron_overlay.ops import linear_logprobs_at
+
+    hidden, weight, labels = _inputs()
+    labels = labels.clamp(0, V - 1)
+    ids = torch.stack([labels, (labels + 7) % V], dim=1)
+    ids[3, 1] = V + 5
+    label_check._pending.clear()
+    h = hidden.detach().requires_grad_()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        lp, _ = linear_logprobs_at(h, weight, ids, temperature=0.7)  # no raise, no sync
+        lp.nan_to_num().sum().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isnan(lp[3]).all() and not torch.isnan(lp[4]).any()
+    with pytest.raises(ValueError, match=rf"token_ids out of range .*got 1 outside it "
+                                         rf"\(smallest {V + 5}, largest {V + 5}, first at token 3"):
+        check_labels()
+    with pytest.raises(ValueError, match=r"^token_ids out of range: ids must lie"):
+        linear_logprobs_at(hidden, weight, ids, temperature=0.7, strict_ids=True)
+    label_check._pending.clear()

@@ -84,3 +84,38 @@ def test_deferred_record_raises_once_at_the_next_poll():
     label_check.poll()  # raised once, then dropped
     label_check.defer(label_check.bad_labels(labels.clamp(0, V - 1), V, -100), labels, V, -100)
     label_check.check_labels()  # a clean record raises nothing
+
+
+def test_token_ids_past_the_check_give_nan_rows_and_no_out_of_bounds_gather():
+    """What CUDA computes before the host learns of bad token ids: those rows' log-probs
+    and gradients are NaN (the ids are clamped for the gather); other rows are exact."""
+    from megatron_overlay.ops import linear_logprobs_at
+    from megatron_overlay.ops.linear_logprobs_at import LinearLogprobsAt
+
+    hidden, weight, labels = _inputs()
+    ids = torch.stack([labels, (labels + 1) % V], dim=1)
+    good, _ = linear_logprobs_at(hidden, weight, ids, temperature=0.7)
+    ids = ids.clone()
+    ids[5, 1], ids[9, 0] = V + 1000, -3
+    h = hidden.clone().requires_grad_()
+    lp, _ = LinearLogprobsAt.apply(h, weight, ids, LogprobParams(temperature=0.7), None)
+    bad = torch.zeros(len(ids), dtype=torch.bool)
+    bad[[5, 9]] = True
+    assert torch.isnan(lp[bad]).all() and torch.equal(lp[~bad], good[~bad])
+    lp.sum().backward()
+    assert torch.isnan(h.grad[bad]).all() and not torch.isnan(h.grad[~bad]).any()
+
+
+def test_deferred_token_id_record_names_token_ids_and_the_token():
+    ids = torch.zeros(6, 4, dtype=torch.int64)
+    ids[2, 3], ids[4, 0] = V, -1
+    label_check.defer_ids(label_check.bad_ids(ids, V), ids, V)
+    with pytest.raises(ValueError, match=rf"token_ids out of range \(found on the GPU in an "
+                                         rf"earlier call.*\[0, {V}\); got 2 outside it \("
+                                         rf"smallest -1, largest {V}, first at token 2\)"):
+        label_check.poll()
+    label_check.poll()  # raised once
+    with pytest.raises(ValueError, match=rf"^token_ids out of range: ids must lie in \[0, {V}\)"
+                                         rf"; got 2 outside it .*first at token 2"):
+        label_check.check_ids_eagerly(ids, V)
+    label_check.check_ids_eagerly(ids.clamp(0, V - 1), V)
