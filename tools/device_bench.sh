@@ -6,7 +6,13 @@
 #   tools/device_bench.sh peers OUT WHEELS     # every method, 3 shapes, twice (two processes)
 # WHEELS holds the peers' wheels (verl, liger-kernel, cut-cross-entropy) and, optionally,
 # cutlass_all.tar.xz: nvidia-cutlass-dsl 4.8.1 and its libs-base/-core/-cu13 wheels unpacked
-# and packed as one xz tarball (Liger's SM90 path; the cu13 wheel alone is 92 MB).
+# and packed as one xz tarball (Liger's SM90 path; the cu13 wheel alone is 92 MB). Made with:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 -d W verl==0.9.1 liger-kernel==0.8.5 \
+#       cut-cross-entropy==25.1.1 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1 \
+#       nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1
+#   mkdir C && for w in W/nvidia_cutlass_dsl*.whl; do unzip -q -o $w -d C; done && rm W/nvidia_*
+#   tar -cf - -C C . | xz -9e --lzma2=preset=9e,dict=256MiB -T1 > W/cutlass_all.tar.xz  # 54 MiB
 set -uo pipefail
 MODE=$1; OUT=$2; ARG=${3:-}
 mkdir -p "$OUT"
