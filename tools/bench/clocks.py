@@ -38,6 +38,10 @@ class ClockSampler:
     def available(self) -> bool:
         return self._read is not None
 
+    def read_now(self):
+        """(SM MHz, W) right now, or None without NVML."""
+        return self._read() if self._read is not None else None
+
     def __enter__(self):
         if self._read is not None:
             self._thread = threading.Thread(target=self._run, daemon=True)

@@ -89,7 +89,7 @@ def _graph(fns, inputs, rounds, burst_ms, clocks):
 def compare(fns, inputs, reference, rounds, burst_ms, clocks, protocols, log=print):
     """protocol -> {name: {ms, x (median per-round ratio), x_min, x_max, sm_mhz}}."""
     results = {}
-    clocks_fn = clocks._read if clocks is not None and clocks.available else None
+    clocks_fn = clocks.read_now if clocks is not None and clocks.available else None
     for proto in protocols:
         torch.cuda.synchronize()
         if proto == "old_tool":
