@@ -82,22 +82,17 @@ def _ids_message(count: int, low: int, high: int, first: int, vocab_size: int, k
 
 def check_eagerly(labels: torch.Tensor, vocab_size: int, ignore_index: int) -> None:
     """Raise ``ValueError`` now if any label is out of range (one host sync on CUDA)."""
-    if not labels.numel():
-        return
-    record = _record(bad_labels(labels, vocab_size, ignore_index), labels)
-    count, low, high, first = (int(x) for x in record.tolist())
-    if count:
-        raise ValueError(_message(count, low, high, first, vocab_size, ignore_index))
+    if labels.numel():
+        _raise_if_bad(_record(bad_labels(labels, vocab_size, ignore_index), labels),
+                      partial(_message, vocab_size=vocab_size, ignore_index=ignore_index))
 
 
 def check_ids_eagerly(ids: torch.Tensor, vocab_size: int, name: str = "token_ids") -> None:
     """Raise ``ValueError`` now if any id of ``ids`` [N, K] is out of range (one host sync
     on CUDA)."""
-    if not ids.numel():
-        return
-    count, low, high, first = (int(x) for x in _record(bad_ids(ids, vocab_size), ids).tolist())
-    if count:
-        raise ValueError(_ids_message(count, low, high, first, vocab_size, ids.shape[-1], name))
+    if ids.numel():
+        _raise_if_bad(_record(bad_ids(ids, vocab_size), ids),
+                      partial(_ids_message, vocab_size=vocab_size, k=ids.shape[-1], name=name))
 
 
 def bad_ids(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -107,7 +102,7 @@ def bad_ids(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 def bad_labels(labels: torch.Tensor, vocab_size: int, ignore_index: int) -> torch.Tensor:
     """[N] bool, on the labels' device: True where a label is out of range."""
-    return (labels != ignore_index) & ((labels < 0) | (labels >= vocab_size))
+    return (labels != ignore_index) & bad_ids(labels, vocab_size)
 
 
 def _record(bad: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -136,6 +131,14 @@ def defer_ids(bad: torch.Tensor, ids: torch.Tensor, vocab_size: int,
     if ids.numel():
         _defer(_record(bad, ids),
                partial(_ids_message, vocab_size=vocab_size, k=ids.shape[-1], name=name))
+
+
+def _raise_if_bad(record: torch.Tensor, message, deferred: bool = False) -> None:
+    """``ValueError(message(...))`` if the record counts any bad id (reads it: a sync if it
+    is on the GPU)."""
+    count, low, high, first = (int(x) for x in record.tolist())
+    if count:
+        raise ValueError(message(count, low, high, first, deferred=deferred))
 
 
 def _defer(record: torch.Tensor, message) -> None:
@@ -172,9 +175,7 @@ def poll(wait: bool = False) -> None:
             elif not event.query():
                 return
         _pending.popleft()
-        count, low, high, first = (int(x) for x in host.tolist())
-        if count:
-            raise ValueError(message(count, low, high, first, deferred=True))
+        _raise_if_bad(host, message, deferred=True)
 
 
 def check_labels() -> None:
@@ -185,6 +186,4 @@ def check_labels() -> None:
     """
     poll(wait=True)
     for record, message in _captured:
-        count, low, high, first = (int(x) for x in record.tolist())
-        if count:
-            raise ValueError(message(count, low, high, first, deferred=True))
+        _raise_if_bad(record, message, deferred=True)
