@@ -21,6 +21,7 @@ class ClockSampler:
 
     def __init__(self, device_index: int = 0, period_s: float = 0.002):
         self.samples: list[tuple[float, float, float]] = []
+        self._times: list[float] = []  # the samples' host times, for bisect
         self._stop = threading.Event()
         self._thread = None
         try:
@@ -56,13 +57,15 @@ class ClockSampler:
     def _run(self):
         while not self._stop.is_set():
             mhz, watts = self._read()
-            self.samples.append((time.perf_counter(), mhz, watts))
+            now = time.perf_counter()
+            self.samples.append((now, mhz, watts))
+            self._times.append(now)
             time.sleep(self.period_s)
 
     def window(self, t0: float, t1: float):
         """(median SM MHz, median W) of the samples in [t0, t1], or None."""
-        times = [s[0] for s in self.samples]  # appended in time order
-        lo, hi = bisect.bisect_left(times, t0), bisect.bisect_right(times, t1)
+        # appended in time order (the sample first, so every time has its sample)
+        lo, hi = bisect.bisect_left(self._times, t0), bisect.bisect_right(self._times, t1)
         got = self.samples[lo:hi]
         if not got:
             return None

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from dataclasses import asdict
 
@@ -15,7 +16,6 @@ from .timing import burst
 
 def cuda_time(fn, inputs, warmup: int, repeats: int) -> float:
     """Median ms of single calls (configs are compared within one shape and run)."""
-    import statistics
     for i in range(warmup):
         fn(*inputs[i % len(inputs)])
     return statistics.median(burst(fn, inputs, 1, i) for i in range(repeats))
