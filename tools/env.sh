@@ -19,10 +19,22 @@ else
   python="${PYTHON311:-python3.11}"
 fi
 stamp="$venv/.overlay-ready"
+# Disk a set-up needs at its peak (GiB): the venv, plus on 3.12 the CUDA torch wheels pip
+# downloads into $TMPDIR before unpacking them (measured: 1.1 GiB venv on 3.11; 4.8 GiB
+# venv + about 3 GiB of downloads on 3.12). pip's cache is off: it would keep a second copy.
+if [ "$minor" -ge 17 ]; then need_gib=8; else need_gib=2; fi
+free_gib() { mkdir -p "$1" && df -Pk "$1" | awk 'NR==2 {printf "%d", $4 / 1048576}'; }
 if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ] || [ "patches/$version/manifest.json" -nt "$stamp" ]; then
   echo "setting up $venv (megatron-core $version, $($python --version))" >&2
+  have_gib=$(free_gib "$(dirname "$venv")")
+  if [ "$have_gib" -lt "$need_gib" ]; then
+    echo "tools/env.sh: setting up $venv needs about $need_gib GiB free on its disk;" \
+      "$have_gib GiB are free. Free some (old venvs under ${VENV_ROOT:-.venv}, clones of" \
+      "this repo) or set VENV_ROOT and TMPDIR to a larger disk." >&2
+    exit 1
+  fi
   "$python" -m venv "$venv"
-  pip=("$venv/bin/python" -m pip -q --disable-pip-version-check)
+  pip=("$venv/bin/python" -m pip -q --disable-pip-version-check --no-cache-dir)
   # 1. the overlay's wheel of this release, from upstream's (the README's cluster route)
   mkdir -p "$wheelhouse/upstream"
   ls "$wheelhouse/upstream/megatron_core-$version-"*.whl >/dev/null 2>&1 ||

@@ -4,6 +4,8 @@
 # interpreter) run once, in the Python 3.12 leg whose CUDA torch brings Triton.
 #   tools/test_matrix.sh                 every leg
 #   LEGS="0.13.1" tools/test_matrix.sh   some legs
+#   PRUNE_VENVS=1 tools/test_matrix.sh   remove each leg's venv once its tests pass, so the
+#                                        disk holds one venv at a time (CI: .ci/run sets it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 legs="${LEGS:-0.12.3 0.13.1 0.15.3 0.16.1 0.19.2}"
@@ -13,4 +15,5 @@ for version in $legs; do
   [ "$version" = "0.19.2" ] && targets+=(tests/ops tests/tools)
   echo "=== megatron-core $version: ${targets[*]}"
   "$venv/bin/python" -m pytest -q -p no:cacheprovider "${targets[@]}" "$@"
+  if [ "${PRUNE_VENVS:-0}" = 1 ]; then rm -rf "$venv"; fi
 done
