@@ -10,16 +10,14 @@ gradients) with MEGATRON_OVERLAY_IMPL=triton against =torch.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.interpreter import interpreter_report
+
 TOPK_SHAPES = [(33, 32, 130, 3), (5, 16, 50, 8), (20, 16, 200, 20), (9, 16, 5, 8), (17, 16, 64, 1)]
 DTYPES = ["float32", "bfloat16"]
 GRAD_TOL = {"float32": 2e-5, "bfloat16": 2e-2, "float16": 3e-3}
@@ -164,19 +162,7 @@ def _worker() -> int:
 
 @pytest.fixture(scope="module")
 def report():
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("Triton is not importable here; the interpreter tests need it "
-                    "(pip install triton)")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join(
-        [str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    env.pop("MEGATRON_OVERLAY_IMPL", None)
-    proc = subprocess.run([sys.executable, __file__, "--worker"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
-    if proc.returncode != 0 or not lines:
-        pytest.fail(f"interpreter worker failed (rc {proc.returncode}):\n"
-                    f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return json.loads(lines[-1][len("REPORT "):])
+    return interpreter_report(__file__, timeout_s=900)
 
 
 @pytest.mark.parametrize("case", CASES)

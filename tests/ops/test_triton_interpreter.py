@@ -11,16 +11,14 @@ pointer and the TMA-descriptor load paths, bf16 and fp16 the pointer path (the i
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.interpreter import interpreter_report
+
 SHAPES = [(1, 16, 7), (5, 32, 50), (33, 32, 130), (33, 16, 50), (5, 16, 130)]
 DTYPES = ["float32", "bfloat16", "float16"]
 # max |error| / max |reference| of the gradients: 16-bit dtypes round d(logits) once to
@@ -134,19 +132,7 @@ def _worker() -> int:
 
 @pytest.fixture(scope="module")
 def report():
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("Triton is not importable here; the interpreter tests need it "
-                    "(pip install triton)")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join(
-        [str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    env.pop("MEGATRON_OVERLAY_IMPL", None)
-    proc = subprocess.run([sys.executable, __file__, "--worker"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
-    if proc.returncode != 0 or not lines:
-        pytest.fail(f"interpreter worker failed (rc {proc.returncode}):\n"
-                    f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return json.loads(lines[-1][len("REPORT "):])
+    return interpreter_report(__file__, timeout_s=600)
 
 
 @pytest.mark.parametrize("case", CASES)
