@@ -21,7 +21,7 @@ fi
 stamp="$venv/.overlay-ready"
 # Disk a set-up needs at its peak (GiB): the venv, plus on 3.12 the CUDA torch wheels pip
 # downloads into $TMPDIR before unpacking them (measured: 1.1 GiB venv on 3.11; 4.8 GiB
-# venv + about 3 GiB of downloads on 3.12). pip's cache is off: it would keep a second copy.
+# venv and a 6.8 GiB peak on 3.12). pip's cache is off: it would keep a second copy.
 if [ "$minor" -ge 17 ]; then need_gib=8; else need_gib=2; fi
 free_gib() { mkdir -p "$1" && df -Pk "$1" | awk 'NR==2 {printf "%d", $4 / 1048576}'; }
 if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ] || [ "patches/$version/manifest.json" -nt "$stamp" ]; then
