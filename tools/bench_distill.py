@@ -38,11 +38,10 @@ from megatron_overlay.ops import (linear_logprob_entropy, linear_logprobs_at,  #
                                   linear_topk_logprobs)
 from tools.bench import timing  # noqa: E402
 from tools.bench.clocks import ClockSampler  # noqa: E402
+from tools.bench.inputs import SHAPES, TEMPERATURE  # noqa: E402
 from tools.bench.memory import peak_extra_gib  # noqa: E402
 
-SHAPES = [(8192, 4096, 151936), (16384, 3584, 152064), (32768, 4096, 151936)]
 KS = [1, 8, 32]
-TEMPERATURE = 0.7
 CHECK_ROWS = 256
 
 

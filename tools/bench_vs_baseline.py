@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tools.bench import timing  # noqa: E402
 from tools.bench.clocks import ClockSampler  # noqa: E402
-from tools.bench.inputs import (SHAPES, TEMPERATURE, fp64_reference, loss_coeffs,  # noqa: E402
-                                make_inputs, max_err)
+from tools.bench.inputs import (SHAPES, TEMPERATURE, fp32_grads,  # noqa: E402
+                                fp64_reference, loss_coeffs, make_inputs, max_err)
 from tools.bench.memory import peak_extra_gib  # noqa: E402
 from tools.bench.methods import Gemm  # noqa: E402
 
@@ -169,13 +169,7 @@ def grad_accuracy(runners, n, hdim, v, log):
     sets, w = make_inputs(n, hdim, v, seed=11)
     h, y = sets[0]
     a, b = loss_coeffs(n, w.device, seed=3)
-    h32, w32 = h.float().requires_grad_(), w.float().requires_grad_()
-    logp = torch.log_softmax((h32 @ w32.T) / TEMPERATURE, -1)
-    lp = logp.gather(1, y[:, None]).squeeze(1)
-    ent = -(logp.exp() * logp).sum(-1)
-    ((lp * a).sum() + (ent * b).sum()).backward()
-    del logp, lp, ent
-    ref = {"d_hidden": h32.grad, "d_weight": w32.grad}
+    ref = dict(zip(("d_hidden", "d_weight"), fp32_grads(h, w, y, a, b)))
     out = {"N": n, "H": hdim, "V": v}
     for key, r in ref.items():
         out[f"bf16_rounding_{key}"] = ((r.bfloat16().float() - r).norm() / r.norm()).item()

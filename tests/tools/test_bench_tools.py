@@ -94,6 +94,25 @@ def test_zipf_logits_concentrate_the_probability_on_few_ids():
     assert _ids_ever_above("iid") > 0.5
 
 
+def test_fp32_gradient_reference_matches_the_closed_form():
+    # the reference of the GPU gradient checks: d/dz of a * logp[y] + b * entropy is
+    # a * (onehot(y) - p) - b * p * (logp + entropy), then through z = h @ w.T / T
+    from tools.bench.inputs import TEMPERATURE, fp32_grads, loss_coeffs, make_inputs
+    sets, w = make_inputs(6, 8, 40, seed=0, device="cpu")
+    h, y = sets[0]
+    a, b = loss_coeffs(6, "cpu")
+    d_hidden, d_weight = fp32_grads(h, w, y, a, b)
+    h64, w64 = h.double(), w.double()
+    logp = torch.log_softmax(h64 @ w64.T / TEMPERATURE, -1)
+    p, ent = logp.exp(), -(logp.exp() * logp).sum(-1)
+    onehot = torch.nn.functional.one_hot(y, 40).double()
+    g = (a.double()[:, None] * (onehot - p)
+         - b.double()[:, None] * p * (logp + ent[:, None])) / TEMPERATURE
+    assert d_hidden.dtype == d_weight.dtype == torch.float32
+    torch.testing.assert_close(d_hidden.double(), g @ w64, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(d_weight.double(), g.T @ h64, rtol=1e-4, atol=1e-6)
+
+
 def test_unknown_logit_distribution_is_refused():
     from tools.bench.inputs import make_inputs
     with pytest.raises(ValueError, match="logits must be one of"):

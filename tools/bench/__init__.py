@@ -8,5 +8,6 @@
   peers     the other fused kernels (verl, Liger, cut-cross-entropy), each optional
   report    the markdown table and the figure (time and memory relative to the floor)
   protocols the timing protocols compared against each other (``--diagnose``)
-  profiling torch.profiler views of one step of ours
+  profiling torch.profiler views of one step of ours, its gradient accuracy, its host time
+  sweep     ours' candidate kernel configs at one shape
 """

@@ -60,6 +60,17 @@ def fp64_reference(h, w, y, rows, temperature=TEMPERATURE):
     return lp, ent
 
 
+def fp32_grads(h, w, y, a, b, temperature=TEMPERATURE):
+    """(d_hidden, d_weight) fp32 of sum(a * logprob + b * entropy) by autograd on fp32
+    copies of the (bf16) inputs: the reference of the gradient checks."""
+    h32, w32 = h.float().requires_grad_(), w.float().requires_grad_()
+    logp = torch.log_softmax((h32 @ w32.T) / temperature, -1)
+    lp = logp.gather(1, y[:, None]).squeeze(1)
+    ent = -(logp.exp() * logp).sum(-1)
+    ((lp * a).sum() + (ent * b).sum()).backward()
+    return h32.grad, w32.grad
+
+
 def max_err(out, ref):
     if out is None:
         return None

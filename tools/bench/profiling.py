@@ -4,11 +4,20 @@ time of one forward+backward (torch.profiler), and where that step leaves the GP
 from __future__ import annotations
 
 import json
+import time
 
 import torch
 
-from .inputs import TEMPERATURE, loss_coeffs, make_inputs
+from .inputs import fp32_grads, loss_coeffs, make_inputs
 from .methods import Ours
+
+
+def _fb_inputs(n, hdim, v):
+    """(h, w, y, a, b): one input set and the loss coefficients of the profiled step."""
+    sets, w = make_inputs(n, hdim, v, seed=11)
+    h, y = sets[0]
+    a, b = loss_coeffs(n, w.device)
+    return h, w, y, a, b
 
 
 def grad_check(hdim, v, n, log):
@@ -17,14 +26,7 @@ def grad_check(hdim, v, n, log):
     sets, w = make_inputs(n, hdim, v, seed=7)
     h, y = sets[0]
     a, b = loss_coeffs(n, w.device, seed=3)
-    h32, w32 = h.float().requires_grad_(), w.float().requires_grad_()
-    z = (h32 @ w32.T) / TEMPERATURE
-    logp = torch.log_softmax(z, -1)
-    lp = logp.gather(1, y[:, None]).squeeze(1)
-    ent = -(logp.exp() * logp).sum(-1)
-    ((lp * a).sum() + (ent * b).sum()).backward()
-    ref = {"d_hidden": h32.grad, "d_weight": w32.grad}
-    del z, logp
+    ref = dict(zip(("d_hidden", "d_weight"), fp32_grads(h, w, y, a, b)))
     out = {}
     for key, got in zip(("d_hidden", "d_weight"), Ours().fb(h, w, y, a, b)):
         r = ref[key]
@@ -39,9 +41,7 @@ def grad_check(hdim, v, n, log):
 
 def kernel_breakdown(n, hdim, v, log):
     """Per-kernel CUDA time of one forward+backward of ours (torch.profiler)."""
-    sets, w = make_inputs(n, hdim, v, seed=11)
-    h, y = sets[0]
-    a, b = loss_coeffs(n, w.device)
+    h, w, y, a, b = _fb_inputs(n, hdim, v)
 
     def step():
         Ours().fb(h, w, y, a, b)
@@ -74,9 +74,7 @@ def timeline(n, hdim, v, log):
     the host-side ops that ran meanwhile."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
-    sets, w = make_inputs(n, hdim, v, seed=11)
-    h, y = sets[0]
-    a, b = loss_coeffs(n, w.device)
+    h, w, y, a, b = _fb_inputs(n, hdim, v)
 
     def step():
         Ours().fb(h, w, y, a, b)
@@ -106,18 +104,12 @@ def timeline(n, hdim, v, log):
     return out
 
 
-
-
 def host_profile(n, hdim, v, log):
     """Host time of one call of ours (forward; forward+backward), enqueued while the GPU is
     busy with a long GEMM queue so that nothing waits for the GPU, and the host-side ops of
     that call by self CPU time (torch.profiler)."""
-    import time
-
     from torch.profiler import ProfilerActivity, profile
-    sets, w = make_inputs(n, hdim, v, seed=11)
-    h, y = sets[0]
-    a, b = loss_coeffs(n, w.device)
+    h, w, y, a, b = _fb_inputs(n, hdim, v)
     ours = Ours()
     out = {}
     for phase, call, ctx in (("fwd", lambda: ours.fwd(h, w, y), torch.no_grad),
