@@ -51,9 +51,9 @@ def test_topk_stage_matches_torch(dtype, k, shape):
 def test_logits_at_kernel_matches_torch(dtype, k):
     hidden, weight, _, inv_t = _inputs(777, 1000, 3001, dtype)
     ids = torch.randint(-1, 3001, (777, k), device="cuda")  # -1: in another shard
-    for temperature in (inv_t, 1 / 0.7):
-        ref = logits_at(hidden, weight, ids, temperature)
-        got = triton_impl.logits_at(hidden, weight, ids, temperature)
+    for inv_temperature in (inv_t, 1 / 0.7):  # per-row [N] and scalar
+        ref = logits_at(hidden, weight, ids, inv_temperature)
+        got = triton_impl.logits_at(hidden, weight, ids, inv_temperature)
         assert torch.equal(got == 0, ref == 0)
         torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-5)
 
