@@ -27,11 +27,13 @@ def _print_status(st: patching.Status) -> None:
             line += f": its files are byte-identical to {st.same_files_as}'s"
         line += ")"
     print(line)
-    if st.state == patching.NATIVE:
-        print("  output_processor hook: built in; processor names: "
-              + ("resolved (overlay name lookup applied)" if st.name_lookup else "not resolved"))
-    elif st.state == patching.PATCHED:
-        print("  output_processor hook: back-ported; processor names: resolved")
+    if st.state in (patching.NATIVE, patching.PATCHED):
+        hooked = ", ".join(f"{cls} ({'built in' if how == 'native' else how})"
+                           for cls, how in st.models.items())
+        print(f"  output_processor hook on: {hooked}; processor names: "
+              + ("resolved (overlay name lookup applied)" if st.name_lookup else
+                 "not resolved; `megatron-overlay patch` adds the name lookup and the hybrid "
+                 "model's hook"))
     elif st.state == patching.UNPATCHED:
         print("  output_processor hook: missing; run `megatron-overlay patch`")
     if st.detail:
@@ -112,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         if name == "status":
             cmd.add_argument("--json", action="store_true", help="machine-readable output")
     wheel = sub.add_parser(
-        "wheel", help="build a patched megatron-core wheel (X+overlay.1) from upstream's",
+        "wheel", help="build a patched megatron-core wheel (X+overlay.2) from upstream's",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        description="Build megatron_core-RELEASE+overlay.1-<upstream tags>.whl. The last line "
+        description="Build megatron_core-RELEASE+overlay.2-<upstream tags>.whl. The last line "
                     "of stdout is its path. Install it with your existing pin: pip install "
                     "--find-links DIR megatron-core==RELEASE")
     wheel.add_argument("release", metavar="RELEASE", help="the upstream release, e.g. 0.13.1")

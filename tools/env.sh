@@ -45,7 +45,7 @@ if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ] || [ "patches/$version/manifes
     --out "$wheelhouse" >&2
   # 2. torch 2.13.0: a local CPU wheel on Python 3.11; the registry's CUDA build on 3.12
   # (it runs on CPU). megatron-core 0.13.x forgets to declare `packaging`. The pin
-  # megatron-core==X selects X+overlay.1 from the wheelhouse; --force-reinstall replaces a
+  # megatron-core==X selects X+overlay.2 from the wheelhouse; --force-reinstall replaces a
   # core an earlier set-up left here.
   "${pip[@]}" install torch==2.13.0 packaging --find-links "$wheelhouse" "megatron-core==$version"
   "${pip[@]}" install --no-deps --force-reinstall --find-links "$wheelhouse" \

@@ -1,4 +1,5 @@
-"""Build megatron-core's real GPTModel for the tools and the tests: CPU (gloo) or CUDA (NCCL).
+"""Build megatron-core's real GPTModel and hybrid model (MambaModel before 0.18, HybridModel
+from 0.18) for the tools and the tests: CPU (gloo) or CUDA (NCCL).
 
 Not shipped: the workarounds below exist only because these checks run megatron without a
 GPU, or without Apex and Transformer Engine (see ../shared/notes/megatron-on-cpu.md):
@@ -14,6 +15,13 @@ GPU, or without Apex and Transformer Engine (see ../shared/notes/megatron-on-cpu
   which CPU kernels tolerate and CUDA's ``layer_norm`` rejects ("expected scalar type
   BFloat16 but found Float").
 - The causal mask is passed explicitly (the default one is built on ``device="cuda"``).
+- Hybrid models: Mamba layers need mamba_ssm's CUDA extension, so the layer pattern holds
+  attention (``*``), MLP (``-``) and, from 0.16, MoE (``E``) layers only, built from the
+  local GPT spec's submodules; Mamba layers themselves are not exercised. The stack's
+  final norm is Transformer Engine's ``TENorm``, hard-wired in the stack module: it is
+  swapped for the SP-safe ``WrappedTorchNorm`` below, and on 0.12, whose TE extension
+  module imports Transformer Engine unconditionally, a stand-in for that module offers
+  ``TENorm`` alone.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from __future__ import annotations
 import copy
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -47,13 +55,15 @@ class ModelConfig:
     mtp_layers: int = 0
     mup: bool = False
     pp: int = 1
+    model: str = "gpt"  # or "hybrid": megatron's hybrid model class (see hybrid_model_class)
+    moe: bool = False  # hybrid only: an MoE layer ("E") in the pattern (0.16+)
 
     @property
     def name(self) -> str:
-        return (f"tp{self.tp}-sp{int(self.sp)}-{'tied' if self.tied else 'untied'}"
+        return ("hybrid-" if self.model == "hybrid" else "") + (f"tp{self.tp}-sp{int(self.sp)}-{'tied' if self.tied else 'untied'}"
                 + (f"-pp{self.pp}" if self.pp > 1 else "")
                 + (f"-mtp{self.mtp_layers}" if self.mtp_layers else "")
-                + ("-mup" if self.mup else ""))
+                + ("-mup" if self.mup else "") + ("-moe" if self.moe else ""))
 
 
 def free_port() -> int:
@@ -157,9 +167,12 @@ def seed_model_parallel(seed: int, device: str) -> None:
 
 def build_model(cfg: ModelConfig, seed: int = 1234, device: str = "cpu",
                 spec=None, **config_overrides):
-    """A small GPTModel, the same weights on every call with the same seed and TP (weights
-    are initialized on the CPU and split, as ``use_cpu_initialization`` does), on ``device``.
-    Under PP this rank builds its stage only (``cfg.layers // cfg.pp`` layers)."""
+    """A small GPTModel (or, ``cfg.model == "hybrid"``, hybrid model), the same weights on
+    every call with the same seed and TP (weights are initialized on the CPU and split, as
+    ``use_cpu_initialization`` does), on ``device``. Under PP this rank builds its stage
+    only (``cfg.layers // cfg.pp`` layers)."""
+    if cfg.model == "hybrid":
+        return build_hybrid_model(cfg, seed, device, **config_overrides)
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
     from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
@@ -185,9 +198,124 @@ def build_model(cfg: ModelConfig, seed: int = 1234, device: str = "cpu",
         share_embeddings_and_output_weights=cfg.tied, position_embedding_type="rope",
         parallel_output=True, **kwargs,
     )
+    return _finish(model, cfg, device)
+
+
+def _finish(model, cfg: ModelConfig, device: str):
     if cfg.dtype != torch.float32:
         model = model.to(cfg.dtype)  # what Float16Module does: torch norms start in fp32
     return model.to(device)
+
+
+def hybrid_model_class():
+    """megatron's hybrid model class: HybridModel (0.18+; MambaModel is its alias there),
+    else MambaModel."""
+    try:
+        from megatron.core.models.hybrid.hybrid_model import HybridModel
+        return HybridModel
+    except ImportError:
+        from megatron.core.models.mamba.mamba_model import MambaModel
+        return MambaModel
+
+
+def _hybrid_stack_module():
+    """The module holding the hybrid stack, its final norm swapped for a torch one."""
+    import importlib
+    import sys
+    import types
+
+    try:
+        importlib.import_module("megatron.core.extensions.transformer_engine")
+    except ImportError:  # 0.12: it imports transformer_engine unconditionally
+        stand_in = types.ModuleType("megatron.core.extensions.transformer_engine")
+        stand_in.TENorm = SequenceParallelSafeNorm
+        sys.modules[stand_in.__name__] = stand_in
+    try:
+        stack = importlib.import_module("megatron.core.models.hybrid.hybrid_block")
+    except ImportError:
+        stack = importlib.import_module("megatron.core.ssm.mamba_block")
+    stack.TENorm = SequenceParallelSafeNorm
+    return stack
+
+
+def hybrid_pattern(cfg: ModelConfig) -> str:
+    """One attention and one MLP layer per GPT layer (the last MLP an MoE with cfg.moe),
+    then the MTP layers after "/" (0.17+)."""
+    main = "*-" * cfg.layers
+    if cfg.moe:
+        main = main[:-1] + "E"
+    return main + "/*-" * cfg.mtp_layers
+
+
+def hybrid_stack_spec(cfg: ModelConfig, config):
+    """The hybrid stack spec: attention, MLP and MoE layers from the local GPT spec."""
+    from megatron.core.ssm.mlp_layer import MLPLayer
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.transformer_layer import (
+        TransformerLayer,
+        TransformerLayerSubmodules,
+    )
+
+    stack = _hybrid_stack_module()
+    submodules_cls = getattr(stack, "HybridStackSubmodules", None) or stack.MambaStackSubmodules
+    stack_cls = getattr(stack, "HybridStack", None) or stack.MambaStack
+    gpt = layer_spec().submodules
+    layers = dict(
+        attention_layer=ModuleSpec(module=TransformerLayer, submodules=TransformerLayerSubmodules(
+            input_layernorm=SequenceParallelSafeNorm, self_attention=gpt.self_attention,
+            self_attn_bda=gpt.self_attn_bda)),
+        mlp_layer=ModuleSpec(module=MLPLayer, submodules=TransformerLayerSubmodules(
+            pre_mlp_layernorm=SequenceParallelSafeNorm, mlp=gpt.mlp, mlp_bda=gpt.mlp_bda)),
+    )
+    if cfg.moe:
+        moe = layer_spec(num_experts=config.num_moe_experts).submodules
+        layers["moe_layer"] = ModuleSpec(module=TransformerLayer, submodules=(
+            TransformerLayerSubmodules(pre_mlp_layernorm=SequenceParallelSafeNorm,
+                                       mlp=moe.mlp, mlp_bda=moe.mlp_bda)))
+    if cfg.mtp_layers:
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
+
+        mtp = get_gpt_mtp_block_spec(config, layer_spec(), use_transformer_engine=False)
+        for layer in mtp.submodules.layer_specs:
+            layer.submodules.mtp_model_layer = None  # built from the pattern after "/"
+            for norm in ("enorm", "hnorm", "layer_norm"):
+                setattr(layer.submodules, norm, SequenceParallelSafeNorm)
+        layers["mtp_block_spec"] = mtp
+    return ModuleSpec(module=stack_cls, submodules=submodules_cls(**layers))
+
+
+def build_hybrid_model(cfg: ModelConfig, seed: int = 1234, device: str = "cpu",
+                       **config_overrides):
+    """A small hybrid model (see the module docstring), built like :func:`build_model`."""
+    import inspect
+
+    from megatron.core import parallel_state
+
+    seed_model_parallel(seed, device)
+    if cfg.moe:
+        config_overrides = dict(num_moe_experts=4, moe_router_topk=2,
+                                moe_token_dispatcher_type="alltoall", **config_overrides)
+    config = transformer_config(replace(cfg, layers=2 * cfg.layers), **config_overrides)
+    pattern = hybrid_pattern(cfg)
+    model_cls = hybrid_model_class()
+    params = inspect.signature(model_cls.__init__).parameters
+    spec_kw = "hybrid_stack_spec" if "hybrid_stack_spec" in params else "mamba_stack_spec"
+    pattern_kw = ("hybrid_layer_pattern" if "hybrid_layer_pattern" in params
+                  else "hybrid_override_pattern")
+    pre_process = post_process = True
+    if cfg.pp > 1:
+        pre_process = parallel_state.is_pipeline_first_stage()
+        post_process = parallel_state.is_pipeline_last_stage()
+    model = model_cls(
+        config=config, vocab_size=cfg.vocab, max_sequence_length=cfg.seq,
+        pre_process=pre_process, post_process=post_process,
+        share_embeddings_and_output_weights=cfg.tied, parallel_output=True,
+        # the class's default and Nemotron-H's: no position embedding (0.12-0.15's forward
+        # also calls RotaryEmbedding.get_rotary_seq_len without an argument it requires)
+        position_embedding_type="none",
+        **{spec_kw: hybrid_stack_spec(cfg, config), pattern_kw: pattern},
+    )
+    return _finish(model, cfg, device)
 
 
 def batch(cfg: ModelConfig, seed: int = 99, device: str = "cpu"):

@@ -9,8 +9,10 @@ the hook back-port as a few anchored text edits, and writes
 
 The edits reproduce megatron-core 0.18.0's ``output_processor`` hook (GPTModel.forward,
 GPTModel._postprocess, GPTModel.build_schedule_plan and the schedule-plan postprocess node)
-plus the overlay's name lookup. Releases 0.18+ have the hook natively and get the name
-lookup alone. Every anchor must match exactly once, so an upstream change that moves
+plus the overlay's name lookup. Releases 0.18+ have the hook natively on GPTModel and get
+the name lookup alone there. The hybrid model class (MambaModel before 0.18, HybridModel
+from 0.18) has the hook in no release: every release gets GPTModel's contract back-ported
+to its ``forward``. Every anchor must match exactly once, so an upstream change that moves
 one fails loudly here instead of producing a wrong patch.
 
     python tools/make_patches.py                 # every release in RELEASES
@@ -33,6 +35,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
 PATCH_FILE = "output_processor.patch"
+# PEP 440 local label of a patched core; bumped whenever the patch sets change what they
+# patch (overlay.2: the hybrid model class joined every set), so pip tells them apart
+LOCAL_LABEL = "overlay.2"
 
 # Every release on the registry from 0.12.0 on. Python tag: 0.17+ publish cp312 wheels only.
 RELEASES = [
@@ -46,6 +51,10 @@ SAME_FILES_AS = {"0.18.1": "0.18.0", "0.19.1": "0.19.0"}
 FIRST_NATIVE = (0, 18)
 
 GPT_MODEL = "megatron/core/models/gpt/gpt_model.py"
+# The hybrid model class: MambaModel before 0.18, HybridModel (MambaModel its alias) after.
+MAMBA_MODEL = "megatron/core/models/mamba/mamba_model.py"
+HYBRID_MODEL = "megatron/core/models/hybrid/hybrid_model.py"
+FIRST_HYBRID_MODEL = (0, 18)
 SCHEDULE_PLAN = "megatron/core/models/common/model_chunk_schedule_plan.py"
 CALLABLES = "megatron/core/models/gpt/fine_grained_callables.py"
 
@@ -183,6 +192,62 @@ def patch_gpt_model(src: str, version: tuple[int, int]) -> str:
     return e.text
 
 
+def hybrid_class(version: tuple[int, int]) -> str:
+    return "HybridModel" if version >= FIRST_HYBRID_MODEL else "MambaModel"
+
+
+def hybrid_model_path(version: tuple[int, int]) -> str:
+    return HYBRID_MODEL if version >= FIRST_HYBRID_MODEL else MAMBA_MODEL
+
+
+def patch_hybrid_model(src: str, version: tuple[int, int]) -> str:
+    """GPTModel 0.18's hook on the hybrid model's ``forward``, which has no ``_postprocess``:
+    the same keyword-only parameters, the same 16 keyword arguments, called at the place in
+    ``forward`` where GPTModel's ``_postprocess`` calls it (after MTP, before the output
+    layer and the inference last-token slice)."""
+    e = Edit(src, hybrid_model_path(version))
+    add_typing_names(e, ["Any", "Callable"])
+    signature_end = e.block_end("    def forward(\n", "    ) -> Tensor:\n")
+    e.insert_at(signature_end, HOOK_PARAMS_ANNOTATED)
+    # Keywords GPTModel's (and later hybrid releases') forward has and this one lacks, so that
+    # every model takes the same call: loss_mask (0.17+) goes to the processor only, as
+    # before the default path ignores it; packed_seq_params (0.16+) must be None before 0.16.
+    missing = ""
+    if version < (0, 17):
+        missing += "        loss_mask: Optional[Tensor] = None,\n"
+    if version < (0, 16):
+        missing += "        packed_seq_params: Optional[PackedSeqParams] = None,\n"
+        e.insert_after("from megatron.core.inference.contexts import BaseInferenceContext\n",
+                       "from megatron.core.packed_seq_params import PackedSeqParams\n")
+        e.insert_after(
+            "        inference_context = deprecate_inference_params(inference_context, "
+            "inference_params)\n",
+            "        if packed_seq_params is not None:\n"
+            "            raise ValueError(\n"
+            "                \"packed_seq_params: MambaModel of this megatron-core release cannot \"\n"
+            "                \"pack sequences (its MambaStack takes no packed_seq_params; 0.16 \"\n"
+            "                \"added them); pass None, or upgrade megatron-core\"\n"
+            "            )\n")
+    if missing:
+        e.insert_after("        inference_params: Optional[BaseInferenceContext] = None,\n",
+                       missing, start=e._find("    def forward(\n"))
+    scale = "lambda logits: logits" if version < (0, 17) else "self._scale_logits"
+    if version < (0, 16):
+        # no inference last-token gather yet: right after output_weight is known
+        e.insert_after("            output_weight = self.shared_embedding_or_output_weight()\n",
+                       hook_call("        ", "loss_mask", scale))
+    else:
+        e.insert_after("        sequence_parallel_override = False\n",
+                       hook_call("        ", "loss_mask", scale))
+    if version >= FIRST_HYBRID_MODEL:
+        # Block-scope inference CUDA graphs replay a whole forward recorded earlier, which
+        # would drop the processor; GPTModel has no such path and runs it eagerly: so here.
+        e.insert_after("        Check if we should call the local cudagraph path.\n        \"\"\"\n",
+                       "        if kwargs.get('output_processor') is not None:\n"
+                       "            return False  # megatron-overlay: processors run eagerly\n")
+    return e.text
+
+
 def patch_schedule_plan(src: str) -> str:
     e = Edit(src, SCHEDULE_PLAN)
     add_typing_names(e, ["Any", "Callable"])
@@ -226,11 +291,14 @@ def make_patch_set(release: str, cache: Path) -> dict:
     native = version >= FIRST_NATIVE
     with zipfile.ZipFile(fetch_wheel(release, cache)) as wheel:
         upstream = {name: wheel.read(name).decode() for name in
-                    (GPT_MODEL, SCHEDULE_PLAN, CALLABLES) if name in wheel.namelist()}
+                    (GPT_MODEL, SCHEDULE_PLAN, CALLABLES, hybrid_model_path(version))
+                    if name in wheel.namelist()}
     patched = {GPT_MODEL: patch_gpt_model(upstream[GPT_MODEL], version)}
     if (0, 14) <= version < FIRST_NATIVE:
         patched[SCHEDULE_PLAN] = patch_schedule_plan(upstream[SCHEDULE_PLAN])
         patched[CALLABLES] = patch_callables(upstream[CALLABLES])
+    hybrid = hybrid_model_path(version)
+    patched[hybrid] = patch_hybrid_model(upstream[hybrid], version)
 
     diff = []
     files = []
@@ -246,8 +314,12 @@ def make_patch_set(release: str, cache: Path) -> dict:
     (out / PATCH_FILE).write_text("".join(diff))
     manifest = {
         "release": release,
-        "patch_set": f"{release}+overlay.1",
+        "patch_set": f"{release}+{LOCAL_LABEL}",
         "hook": "native" if native else "backport",
+        # each model class whose forward takes the hook once patched: native upstream, or
+        # back-ported by this patch set
+        "models": {"GPTModel": "native" if native else "backport",
+                   hybrid_class(version): "backport"},
         "patch": PATCH_FILE,
         "files": files,
     }

@@ -23,7 +23,7 @@ from . import lock, transaction, unified_diff
 from .patch_sets import PatchSet, match_patch_set, nearest_mismatch, supported_releases
 
 DIST_NAME = "megatron-core"
-LOCAL_LABEL = "overlay.1"  # PEP 440 local label: 0.13.1+overlay.1 still satisfies ==0.13.1
+LOCAL_LABEL = "overlay.2"  # PEP 440 local label: 0.13.1+overlay.2 still satisfies ==0.13.1 (as tools/make_patches.py)
 MARKER = "megatron_overlay.json"  # written into the dist-info of a patched core
 JOURNAL = "megatron_overlay.journal"
 GPT_MODEL = "megatron/core/models/gpt/gpt_model.py"
@@ -59,6 +59,8 @@ class Status:
     same_files_as: str | None = None  # served by this release's patch set (identical files)
     hook: str | None = None  # "backport" or "native"
     name_lookup: bool = False  # string processor names resolve on this core
+    # model classes whose forward takes the hook in this state -> "native" or "back-ported"
+    models: dict[str, str] = field(default_factory=dict)
     site: str | None = None
     detail: str = ""
     files: list[dict] = field(default_factory=list)
@@ -130,6 +132,7 @@ def _judge(core: Core) -> Status:
         files = mismatch_note(core.release, lambda rel: sha256_of(core.site / rel))
         if _source_has_native_hook(core):
             base.state, base.hook = NATIVE, "native"
+            base.models = {"GPTModel": "native"}
             base.detail = (f"megatron-core {core.release} is not supported by the overlay's "
                            f"name lookup: its files match no patch set{files} (supported: "
                            f"{', '.join(supported_releases())}). Its output_processor hook is "
@@ -161,16 +164,22 @@ def _judge(core: Core) -> Status:
     elif patched and marked and labelled:
         base.state = NATIVE if patch_set.hook == "native" else PATCHED
         base.name_lookup = True
+        base.models = {cls: "native" if how == "native" else "back-ported"
+                       for cls, how in patch_set.models}
     elif upstream and not labelled and not _marker_recorded(core):
         # a marker that RECORD does not list is a stray (left by a killed run or inherited
         # through a reinstall); the next writing command removes it
         base.state = NATIVE if patch_set.hook == "native" else UNPATCHED
+        base.models = {cls: "native" for cls, how in patch_set.models if how == "native"}
     else:
         base.state = MODIFIED
         unknown = [f["path"] for f in base.files if f["matches"] == "unknown"]
+        older = _older_patch_set(core, patch_set)
         base.detail = (
             f"files differ from both upstream {patch_set.release} and its patched form: "
             f"{', '.join(unknown)}" if unknown else
+            f"patched by an older megatron-overlay (patch set {older}; this one's is "
+            f"{patch_set.patch_set_id})" if older else
             "the files and the distribution metadata disagree about whether the core is patched"
         )
     strays = transaction.leftovers(_patched_dirs(core, patch_set))
@@ -181,6 +190,15 @@ def _judge(core: Core) -> Status:
                 f"the next `megatron-overlay patch` removes them")
         base.detail = f"{base.detail}; {note}" if base.detail else note
     return base
+
+
+def _older_patch_set(core: Core, patch_set: PatchSet) -> str | None:
+    """The patch set an older overlay recorded in the core's marker, if not this one."""
+    try:
+        recorded = json.loads((core.dist_info / MARKER).read_text()).get("patch_set")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return recorded if recorded and recorded != patch_set.patch_set_id else None
 
 
 def mismatch_note(release: str, sha_of) -> str:

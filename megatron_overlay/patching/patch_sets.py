@@ -26,10 +26,12 @@ class FileEntry:
 @dataclass(frozen=True)
 class PatchSet:
     release: str  # the upstream megatron-core release, e.g. "0.13.1"
-    patch_set_id: str  # e.g. "0.13.1+overlay.1"
-    hook: str  # "backport" (pre-0.18: the hook is added) or "native" (name lookup only)
+    patch_set_id: str  # e.g. "0.13.1+overlay.2"
+    hook: str  # GPTModel's: "backport" (pre-0.18: the hook is added) or "native" (name lookup only)
     files: tuple[FileEntry, ...]
     diff_text: str
+    # model class -> "native" (upstream has the hook) or "backport" (this set adds it)
+    models: tuple[tuple[str, str], ...] = ()
 
 
 def _patches_dir():
@@ -64,6 +66,7 @@ def find_patch_set(release: str | None) -> PatchSet | None:
         files=tuple(FileEntry(f["path"], f["upstream_sha256"], f["patched_sha256"])
                     for f in manifest["files"]),
         diff_text=folder.joinpath(manifest["patch"]).read_text(),
+        models=tuple(manifest.get("models", {"GPTModel": manifest["hook"]}).items()),
     )
 
 

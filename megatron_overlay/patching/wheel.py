@@ -1,4 +1,4 @@
-"""Build a patched megatron-core wheel: ``megatron_core-X+overlay.1-<upstream tags>.whl``.
+"""Build a patched megatron-core wheel: ``megatron_core-X+overlay.2-<upstream tags>.whl``.
 
 Clusters pin one release and rebuild images from lockfiles; patching site-packages after
 the package manager is done does not survive ``pip install --force-reinstall``, ``uv

@@ -74,8 +74,8 @@ def site_of(python: Path) -> Path:
 # ---------------------------------------------------------------- the wheel itself
 
 def test_wheel_is_valid_and_named_for_the_pin(overlay_wheel, upstream, release):
-    assert overlay_wheel.name == upstream.name.replace(f"-{release}-", f"-{release}+overlay.1-")
-    info = f"megatron_core-{release}+overlay.1.dist-info"
+    assert overlay_wheel.name == upstream.name.replace(f"-{release}-", f"-{release}+overlay.2-")
+    info = f"megatron_core-{release}+overlay.2.dist-info"
     with zipfile.ZipFile(overlay_wheel) as whl, zipfile.ZipFile(upstream) as up:
         names = whl.namelist()
         assert names[-1] == f"{info}/RECORD"
@@ -88,7 +88,7 @@ def test_wheel_is_valid_and_named_for_the_pin(overlay_wheel, upstream, release):
             data = whl.read(path)
             expected = urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             assert (digest, int(size)) == (f"sha256={expected}", len(data)), path
-        assert f"Version: {release}+overlay.1" in whl.read(f"{info}/METADATA").decode()
+        assert f"Version: {release}+overlay.2" in whl.read(f"{info}/METADATA").decode()
         marker = json.loads(whl.read(f"{info}/megatron_overlay.json"))
         assert marker["installed_from"] == "wheel" and marker["release"] == release
         up_info = f"megatron_core-{release}.dist-info"
@@ -135,7 +135,7 @@ def test_concurrent_wheel_builds_agree(upstream, release, overlay_wheel, tmp_pat
 
 def test_pip_pin_selects_the_wheel_and_force_reinstall_keeps_it(overlay_wheel, upstream,
                                                                 release, tmp_path):
-    """The user's own pin `megatron-core==X` picks X+overlay.1 from the wheelhouse, also
+    """The user's own pin `megatron-core==X` picks X+overlay.2 from the wheelhouse, also
     next to upstream's wheel; --force-reinstall from there keeps it patched."""
     links = tmp_path / "links"
     links.mkdir()
@@ -148,9 +148,9 @@ def test_pip_pin_selects_the_wheel_and_force_reinstall_keeps_it(overlay_wheel, u
         assert proc.returncode == 0, proc.stderr
         ok, st, problems = patching.verify(site_of(python))
         assert ok, problems
-        assert st.core_version == f"{release}+overlay.1"
+        assert st.core_version == f"{release}+overlay.2"
     shown = pip(python, "show", "megatron-core")
-    assert f"Version: {release}+overlay.1" in shown.stdout
+    assert f"Version: {release}+overlay.2" in shown.stdout
     removed = pip(python, "uninstall", "-y", "megatron-core")
     assert removed.returncode == 0, removed.stderr
     # (pip also drops site-packages itself once it is empty)
@@ -212,14 +212,14 @@ def test_a_release_with_identical_files_is_served_by_that_patch_set(tmp_path):
     assert (st.state, st.name_lookup, st.same_files_as) == (patching.NATIVE, False, "0.18.0")
     assert cli("status", "--site", site, check_rc=1)
     out = cli("patch", "--site", site, check_rc=0).stdout
-    assert "0.18.1+overlay.1" in out and "byte-identical to 0.18.0's" in out
+    assert "0.18.1+overlay.2" in out and "byte-identical to 0.18.0's" in out
     cli("unpatch", "--site", site, check_rc=0)
     assert tree_digest(site) == before
     built = Path(cli("wheel", "0.18.1", "--from", wheel, "--out", tmp_path / "wh",
                      check_rc=0).stdout.splitlines()[-1])
-    assert built.name.startswith("megatron_core-0.18.1+overlay.1-cp312-")
+    assert built.name.startswith("megatron_core-0.18.1+overlay.2-cp312-")
     st = patching.status(unpack(built, tmp_path / "from-wheel"))
-    assert st.ready and st.patch_set == "0.18.0+overlay.1"
+    assert st.ready and st.patch_set == "0.18.0+overlay.2"
 
 
 def test_unknown_core_is_refused_with_a_nonzero_exit(core_copy, release):

@@ -107,7 +107,7 @@ def test_metadata_tells_the_truth(core_copy):
     upstream = patching.status(core_copy)
     st = patching.apply(core_copy)
     version = Version(st.core_version)
-    assert version.local == "overlay.1"
+    assert version.local == "overlay.2"
     assert SpecifierSet(f"=={upstream.release}").contains(version)  # pins still hold
     ok, _, problems = patching.verify(core_copy)
     assert ok, problems
@@ -116,7 +116,7 @@ def test_metadata_tells_the_truth(core_copy):
 
 
 def test_pip_sees_the_overlay_version_and_uninstalls_cleanly(tmp_path):
-    """pip shows X+overlay.1 and `pip uninstall` removes every file of the patched core."""
+    """pip shows X+overlay.2 and `pip uninstall` removes every file of the patched core."""
     env_dir = tmp_path / "env"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     site = next(env_dir.glob("lib/python*/site-packages"))
@@ -130,7 +130,7 @@ def test_pip_sees_the_overlay_version_and_uninstalls_cleanly(tmp_path):
     shown = subprocess.run(pip + ["show", "megatron-core"], capture_output=True, text=True,
                            env=env)
     assert shown.returncode == 0, shown.stderr
-    assert "+overlay.1" in shown.stdout
+    assert "+overlay.2" in shown.stdout
     removed = subprocess.run(pip + ["uninstall", "-y", "megatron-core"],
                              capture_output=True, text=True, env=env)
     assert removed.returncode == 0, removed.stderr
