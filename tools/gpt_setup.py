@@ -238,6 +238,16 @@ def _hybrid_stack_module():
     return stack
 
 
+def hybrid_layer_symbols() -> set[str]:
+    """The layer-pattern characters this core's hybrid model knows ("/" for MTP: 0.17+)."""
+    try:
+        from megatron.core.models.hybrid.hybrid_layer_allocation import Symbols
+    except ImportError:
+        from megatron.core.ssm.mamba_hybrid_layer_allocation import Symbols
+    return {value for name, value in vars(Symbols).items()
+            if name.isupper() and isinstance(value, str)}
+
+
 def hybrid_pattern(cfg: ModelConfig) -> str:
     """One attention and one MLP layer per GPT layer (the last MLP an MoE with cfg.moe),
     then the MTP layers after "/" (0.17+)."""

@@ -10,13 +10,40 @@ from tools.gpt_setup import ModelConfig
 
 
 def configs(tp: int) -> list[ModelConfig]:
-    """What the equivalence tests cover: SP off/on (on needs TP > 1) x tied/untied, plus MTP,
-    plus MuP where the core has it (0.17+)."""
-    out = [ModelConfig(tp=tp, sp=sp, tied=tied)
-           for sp in ([False, True] if tp > 1 else [False]) for tied in (True, False)]
-    out.append(ModelConfig(tp=tp, sp=False, tied=True, mtp_layers=1))  # MTP norms: no SP on CPU
+    """What the equivalence tests cover, on GPTModel and on the hybrid model: SP off/on (on
+    needs TP > 1) x tied/untied, plus MTP (hybrid: 0.17+), plus MuP where the core has it
+    (0.17+), plus an MoE layer in the hybrid pattern (0.16+)."""
+    return gpt_configs(tp) + hybrid_configs(tp)
+
+
+def _has_mup() -> bool:
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    if "use_mup" in TransformerConfig.__dataclass_fields__:
+    return "use_mup" in TransformerConfig.__dataclass_fields__
+
+
+def _base(tp: int, **kwargs) -> list[ModelConfig]:
+    return [ModelConfig(tp=tp, sp=sp, tied=tied, **kwargs)
+            for sp in ([False, True] if tp > 1 else [False]) for tied in (True, False)]
+
+
+def gpt_configs(tp: int) -> list[ModelConfig]:
+    out = _base(tp)
+    out.append(ModelConfig(tp=tp, sp=False, tied=True, mtp_layers=1))  # MTP norms: no SP on CPU
+    if _has_mup():
         out.append(ModelConfig(tp=tp, sp=tp > 1, tied=False, mup=True))
+    return out
+
+
+def hybrid_configs(tp: int) -> list[ModelConfig]:
+    from tools.gpt_setup import hybrid_layer_symbols
+
+    symbols = hybrid_layer_symbols()
+    out = _base(tp, model="hybrid")
+    if "/" in symbols:  # 0.17+: MTP layers after "/" in the pattern
+        out.append(ModelConfig(tp=tp, sp=False, tied=True, mtp_layers=1, model="hybrid"))
+    if _has_mup():
+        out.append(ModelConfig(tp=tp, sp=tp > 1, tied=False, mup=True, model="hybrid"))
+    if "E" in symbols:  # 0.16+
+        out.append(ModelConfig(tp=tp, sp=tp > 1, tied=False, moe=True, model="hybrid"))
     return out

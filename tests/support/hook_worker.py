@@ -1,8 +1,9 @@
-"""Run the tiny GPTModel under one TP size and save what the hook tests compare.
+"""Run the tiny GPTModel and hybrid model under one TP size and save what the hook tests compare.
 
     python hook_worker.py --tp 2 --mode redo --out DIR
 
-Spawns ``tp`` gloo ranks; for each of ``gpt_cpu.configs(tp)`` (SP, tying, MTP, MuP) it runs
+Spawns ``tp`` gloo ranks; for each of ``gpt_cpu.configs(tp)`` (GPTModel and the hybrid model;
+SP, tying, MTP, MuP, MoE) it runs
 forward with labels (per-token loss) + backward, and forward without labels (local logits
 shard), and writes ``DIR/rank{r}.pt``. ``--mode`` picks the processor: ``none`` (the
 default path), ``redo`` (a 0.18-style processor redoing the default postprocess) or
@@ -13,6 +14,7 @@ imported is decided by PYTHONPATH, so one test can run an upstream and a patched
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 
@@ -36,7 +38,10 @@ def run_config(cfg: gpt_setup.ModelConfig, mode: str, results: dict) -> None:
     elif mode == "redo-by-name":
         hook = dict(output_processor="tests.redo_default", output_processor_context=context)
 
-    loss = model(input_ids, position_ids, mask, labels=labels, loss_mask=loss_mask, **hook)
+    # upstream's MambaModel before 0.17 takes no loss_mask (the patch adds it for processors)
+    takes_loss_mask = "loss_mask" in inspect.signature(model.forward).parameters
+    loss = model(input_ids, position_ids, mask, labels=labels,
+                 **({"loss_mask": loss_mask} if takes_loss_mask else {}), **hook)
     (loss * loss_mask).sum().backward()
     gpt_setup.finalize_grads(model)
     results[f"{cfg.name}/loss"] = loss.detach().clone()
