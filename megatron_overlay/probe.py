@@ -114,12 +114,31 @@ def _raise_missing_hook(model) -> None:
     elif st.state == patching.UNSUPPORTED:
         fix = ("install a supported release (megatron-core 0.12.0-0.19.2) and run "
                "`megatron-overlay patch`")
+    elif _hooked_class(model, st) is None and st.patch_set and not st.name_lookup:
+        fix = (f"run `megatron-overlay patch` in this environment: upstream megatron-core "
+               f"{st.release} has the hook on GPTModel only, and the overlay's patch set "
+               f"back-ports it to {', '.join(c for c in _patch_set_models(st) if c != 'GPTModel')}")
     else:
-        fix = ("the model's forward is not megatron's GPTModel.forward (a wrapper or another "
-               "model class?): call it on the GPTModel itself")
+        fix = (f"the model's forward is not the forward of a hooked megatron model class "
+               f"({', '.join(st.models) or 'none'}); a wrapper or another class? Call it on "
+               f"the megatron model itself")
     raise RuntimeError(
         f"{type(model).__name__}.forward has no output_processor/output_processor_context "
         f"keyword parameters. Installed: {_where(st)}. Fix: {fix}.")
+
+
+def _patch_set_models(st) -> list[str]:
+    from .patching import find_patch_set, match_patch_set
+    from .patching.core import sha256_of
+
+    patch_set = find_patch_set(st.release) or match_patch_set(
+        st.release, lambda rel: sha256_of(Path(st.site) / rel))
+    return [cls for cls, _ in patch_set.models] if patch_set else []
+
+
+def _hooked_class(model, st) -> str | None:
+    """The first class in the model's MRO whose forward carries the hook in this state."""
+    return next((c.__name__ for c in type(model).__mro__ if c.__name__ in st.models), None)
 
 
 def _raise_no_name_lookup(model, name: str, func) -> None:

@@ -285,7 +285,12 @@ def hybrid_stack_spec(cfg: ModelConfig, config):
     if cfg.mtp_layers:
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
 
+        from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionBlock
+        from megatron.core.transformer.spec_utils import ModuleSpec
+
         mtp = get_gpt_mtp_block_spec(config, layer_spec(), use_transformer_engine=False)
+        if not isinstance(mtp, ModuleSpec):  # some releases return the submodules alone
+            mtp = ModuleSpec(module=MultiTokenPredictionBlock, submodules=mtp)
         for layer in mtp.submodules.layer_specs:
             layer.submodules.mtp_model_layer = None  # built from the pattern after "/"
             for norm in ("enorm", "hnorm", "layer_norm"):
@@ -303,8 +308,10 @@ def build_hybrid_model(cfg: ModelConfig, seed: int = 1234, device: str = "cpu",
 
     seed_model_parallel(seed, device)
     if cfg.moe:
-        config_overrides = dict(num_moe_experts=4, moe_router_topk=2,
-                                moe_token_dispatcher_type="alltoall", **config_overrides)
+        # no linear biases (megatron's MoE takes them only without expert TP); the
+        # allgather dispatcher (alltoall's creates a CUDA stream)
+        config_overrides = dict(num_moe_experts=4, moe_router_topk=2, add_bias_linear=False,
+                                moe_token_dispatcher_type="allgather", **config_overrides)
     config = transformer_config(replace(cfg, layers=2 * cfg.layers), **config_overrides)
     pattern = hybrid_pattern(cfg)
     model_cls = hybrid_model_class()

@@ -1,7 +1,7 @@
 """require_output_processor(model, processor=...) says in advance what the forward will do.
 
 On this leg's core, restored to upstream and patched (the ``trees`` copies): a real tiny
-GPTModel is asked about no processor, the ``fused_logprob`` callable, the name
+GPTModel (and, in the hybrid tests, hybrid model) is asked about no processor, the ``fused_logprob`` callable, the name
 ``"fused_logprob"`` and an unknown name, and then run with each. The probe must pass
 exactly when the forward works, and otherwise name the fix.
 """
@@ -33,8 +33,40 @@ def _ask(tree) -> dict:
 
 
 @pytest.fixture(scope="module")
-def answers(trees) -> dict:
+def asked(trees) -> dict:
+    """form -> model kind ("gpt", "hybrid") -> case -> what the probe and forward did."""
     return {form: _ask(trees[form]) for form in ("upstream", "patched")}
+
+
+@pytest.fixture(scope="module")
+def answers(asked) -> dict:
+    return {form: by_model["gpt"] for form, by_model in asked.items()}
+
+
+def test_hybrid_model_probe_passes_exactly_when_its_forward_works(asked):
+    for form, by_model in asked.items():
+        cases = by_model["hybrid"]
+        assert set(cases) == set(CASES)
+        for case, result in cases.items():
+            if case != "none":
+                assert (result["probe"][0] == "ok") == (result["forward"][0] == "ok"), (
+                    form, case, result)
+    for case in ("none", "callable", "name"):
+        assert asked["patched"]["hybrid"][case]["probe"] == ["ok", ""], case
+
+
+def test_an_upstream_hybrid_model_has_no_hook_and_the_probe_names_the_patch(asked, trees):
+    """No release has the hook on the hybrid class, native 0.18+ cores included."""
+    upstream = asked["upstream"]["hybrid"]
+    assert upstream["callable"]["forward"][0] == "TypeError"
+    assert "unexpected keyword argument 'output_processor'" in upstream["callable"]["forward"][1]
+    for case in CASES:
+        kind, message = upstream[case]["probe"]
+        assert kind == "RuntimeError", (case, message)
+        assert "no output_processor/output_processor_context" in message
+        assert "run `megatron-overlay patch`" in message, message
+        if patching.status(trees["upstream"]).state == patching.NATIVE:
+            assert "has the hook on GPTModel only" in message and "HybridModel" in message
 
 
 def test_the_probe_passes_exactly_when_the_forward_works(answers):

@@ -155,7 +155,8 @@ def collect_errors(cfg: gpt_setup.ModelConfig) -> dict:
 def worker(rank: int, world: int, port: int, out: str, by_callable: bool) -> None:
     gpt_setup.init_distributed(rank, world, port, world)
     results: dict = {}
-    for cfg in gpt_cpu.configs(world):
+    # callables are for an upstream native core, whose hybrid model has no hook at all
+    for cfg in gpt_cpu.gpt_configs(world) if by_callable else gpt_cpu.configs(world):
         run_config(cfg, results, by_callable)
     if not by_callable:
         results["errors"] = collect_errors(gpt_setup.ModelConfig(tp=world))

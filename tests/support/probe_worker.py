@@ -1,11 +1,12 @@
-"""Ask ``require_output_processor`` about a real tiny GPTModel, then try the same calls.
+"""Ask ``require_output_processor`` about a real tiny GPTModel and hybrid model, then try
+the same calls.
 
     PYTHONPATH=CORE_TREE:REPO python probe_worker.py
 
 Which megatron is imported is decided by PYTHONPATH (an upstream or a patched tree). For
-each processor (none, the ``fused_logprob`` callable, the name ``"fused_logprob"``, an
-unknown name) prints one JSON line: what the probe raised, and what the model's forward
-itself then did with that processor.
+each model ("gpt", "hybrid") and processor (none, the ``fused_logprob`` callable, the name
+``"fused_logprob"``, an unknown name) it prints, in one JSON line, what the probe raised
+and what the model's forward itself then did with that processor.
 """
 
 from __future__ import annotations
@@ -32,19 +33,21 @@ def main() -> None:
     from megatron_overlay.processors.fused_logprob import fused_logprob
 
     gpt_setup.init_distributed(0, 1, gpt_setup.free_port(), 1)
-    cfg = gpt_setup.ModelConfig()
-    model = gpt_setup.build_model(cfg)
-    input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
     results = {}
-    for case, processor in [("none", None), ("callable", fused_logprob),
-                            ("name", "fused_logprob"), ("unknown_name", "fused_logporb")]:
-        hook = {} if processor is None else dict(output_processor=processor,
-                                                  output_processor_context={"temperature": 0.7})
-        results[case] = {
-            "probe": _outcome(lambda: require_output_processor(model, processor=processor)),
-            "forward": _outcome(lambda: model(input_ids, position_ids, mask, labels=labels,
-                                              **hook)),
-        }
+    for kind in ("gpt", "hybrid"):
+        cfg = gpt_setup.ModelConfig(model=kind)
+        model = gpt_setup.build_model(cfg)
+        input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
+        results[kind] = {}
+        for case, processor in [("none", None), ("callable", fused_logprob),
+                                ("name", "fused_logprob"), ("unknown_name", "fused_logporb")]:
+            hook = {} if processor is None else dict(
+                output_processor=processor, output_processor_context={"temperature": 0.7})
+            results[kind][case] = {
+                "probe": _outcome(lambda: require_output_processor(model, processor=processor)),
+                "forward": _outcome(lambda: model(input_ids, position_ids, mask, labels=labels,
+                                                  **hook)),
+            }
     print(json.dumps(results))
     gpt_setup.shutdown()
 
