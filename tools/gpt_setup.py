@@ -335,6 +335,20 @@ def build_hybrid_model(cfg: ModelConfig, seed: int = 1234, device: str = "cpu",
     return _finish(model, cfg, device)
 
 
+def logits_path_logprob(*, hidden_states, output_layer, output_weight, labels, context,
+                        scale_logits, **_):
+    """The reference processor: the default logits through the output layer, the vocab
+    shards gathered, ``log_softmax(logits / T)`` in fp32 at the labels, and the entropy."""
+    from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
+
+    logits, _ = output_layer(hidden_states, weight=output_weight, runtime_gather_output=False)
+    logits = gather_from_tensor_model_parallel_region(scale_logits(logits))
+    logp = torch.log_softmax(logits.float() / context["temperature"], dim=-1)  # [s, b, v]
+    picked = logp.gather(-1, labels.transpose(0, 1).unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return {"log_probs": picked.transpose(0, 1), "entropy": entropy.transpose(0, 1)}
+
+
 def batch(cfg: ModelConfig, seed: int = 99, device: str = "cpu"):
     """input_ids, position_ids, attention_mask (True = masked), labels, loss_mask."""
     gen = torch.Generator().manual_seed(seed)

@@ -28,19 +28,6 @@ from tools import gpt_setup  # noqa: E402
 TEMPERATURE = 0.7
 
 
-def reference_logprob(*, hidden_states, output_layer, output_weight, labels, context,
-                      scale_logits, **_):
-    """log_softmax(default logits / T) gathered at the labels, and the entropy, in fp32."""
-    from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
-
-    logits, _ = output_layer(hidden_states, weight=output_weight, runtime_gather_output=False)
-    logits = gather_from_tensor_model_parallel_region(scale_logits(logits))
-    logp = torch.log_softmax(logits.float() / context["temperature"], dim=-1)  # [s, b, v]
-    picked = logp.gather(-1, labels.transpose(0, 1).unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp.exp() * logp).sum(-1)
-    return {"log_probs": picked.transpose(0, 1), "entropy": entropy.transpose(0, 1)}
-
-
 def step(model, cfg, processor, context, coeffs):
     input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
     out = model(input_ids, position_ids, mask, labels=labels, output_processor=processor,
@@ -88,7 +75,7 @@ def packed_case(model, cfg) -> dict:
         config=model.config)
     out = {}
     for name, fn in (("fused", processor("fused_logprob", True)),
-                     ("reference", reference_logprob)):
+                     ("reference", gpt_setup.logits_path_logprob)):
         hidden = shard.clone().requires_grad_()
         res = fn(hidden_states=hidden, **common)
         (res["log_probs"].sum() * 0.3 + res["entropy"].sum() * 0.7).backward()
@@ -105,7 +92,8 @@ def run_config(cfg: gpt_setup.ModelConfig, results: dict, by_callable: bool = Fa
     context = {"temperature": TEMPERATURE}
     results[f"{cfg.name}/fused"] = step(model, cfg, processor("fused_logprob", by_callable),
                                         context, coeffs)
-    results[f"{cfg.name}/reference"] = step(model, cfg, reference_logprob, context, coeffs)
+    results[f"{cfg.name}/reference"] = step(model, cfg, gpt_setup.logits_path_logprob, context,
+                                            coeffs)
 
     input_ids, position_ids, mask, labels, loss_mask = gpt_setup.batch(cfg)
     loss_mask[:, :3] = 0

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""``fused_logprob`` on megatron's hybrid model against its logits path, on one device.
+
+A hybrid model (MambaModel / HybridModel; attention and MLP layers, see tools/gpt_setup.py)
+on the installed, patched core; forward with ``output_processor="fused_logprob"`` by name
+(temperature 0.7) and with a reference processor that materializes the logits through the
+output layer (``gpt_setup.logits_path_logprob``), each followed by backward of the same
+random combination of log-probs and entropy: max abs differences of log-probs, entropy and
+every parameter gradient (relative to its largest entry), and on CUDA the median time and
+peak extra memory of each path's forward+backward. In bf16 both are also compared with an
+fp32 head (hidden states and weight upcast): the logits path rounds its logits to bf16,
+the fused path keeps them in fp32.
+
+    python tools/hybrid_check.py --device cpu --out DIR    # fp32, the tiny test model
+    python tools/hybrid_check.py --device cuda --out DIR   # bf16, V 151936, 8192 tokens
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tools import gpt_setup  # noqa: E402
+
+TEMPERATURE = 0.7
+
+
+def model_config(device: str, tied: bool) -> gpt_setup.ModelConfig:
+    if device == "cpu":
+        return gpt_setup.ModelConfig(model="hybrid", tied=tied)
+    return gpt_setup.ModelConfig(model="hybrid", tied=tied, vocab=151936, hidden=2048,
+                                 layers=2, heads=16, seq=2048, batch=4, dtype=torch.bfloat16)
+
+
+def fp32_head_logprob(*, hidden_states, output_layer, output_weight, labels, context, **_):
+    """The fp32-head reference (TP 1): hidden states and weight upcast, fp32 logits."""
+    weight = output_layer.weight if output_weight is None else output_weight
+    logits = torch.nn.functional.linear(hidden_states.float(), weight.float())
+    logp = torch.log_softmax(logits / context["temperature"], dim=-1)  # [s, b, v]
+    picked = logp.gather(-1, labels.transpose(0, 1).unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return {"log_probs": picked.transpose(0, 1), "entropy": entropy.transpose(0, 1)}
+
+
+def run(model, cfg, processor, coeffs, device):
+    input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg, device=device)
+    out = model(input_ids, position_ids, mask, labels=labels, output_processor=processor,
+                output_processor_context={"temperature": TEMPERATURE})
+    ((out["log_probs"] * coeffs[0]).sum() + (out["entropy"] * coeffs[1]).sum()).backward()
+    grads = {k: g.float() for k, g in gpt_setup.grads(model).items()}
+    model.zero_grad(set_to_none=True)
+    return out["log_probs"].detach().float(), out["entropy"].detach().float(), grads
+
+
+def differences(got, ref) -> dict:
+    """Max and mean abs differences of log-probs and entropy; max gradient difference
+    relative to the gradient's largest entry."""
+    return {"log_probs_max_abs": (got[0] - ref[0]).abs().max().item(),
+            "log_probs_mean_abs": (got[0] - ref[0]).abs().mean().item(),
+            "entropy_max_abs": (got[1] - ref[1]).abs().max().item(),
+            "grad_max_rel": max(((got[2][k] - g).abs().max() / g.abs().max().clamp(
+                min=1e-30)).item() for k, g in ref[2].items())}
+
+
+def timed(model, cfg, processor, coeffs, device, repeats=5) -> dict:
+    run(model, cfg, processor, coeffs, device)  # warm-up (Triton compiles here)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    times = []
+    for _ in range(repeats):
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        run(model, cfg, processor, coeffs, device)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return {"fwd_bwd_ms": statistics.median(times),
+            "peak_extra_mib": (torch.cuda.max_memory_allocated() - base) / 2 ** 20}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--out", type=Path, default=Path("out/hybrid_check"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    gpt_setup.init_distributed(0, 1, gpt_setup.free_port(), 1, device=args.device)
+    from importlib.metadata import version
+
+    report = {"device": args.device, "megatron_core": version("megatron-core"),
+              "torch": torch.__version__, "configs": {}}
+    if args.device == "cuda":
+        report["gpu"] = torch.cuda.get_device_name(0)
+    for tied in (True, False):
+        cfg = model_config(args.device, tied)
+        model = gpt_setup.build_model(cfg, device=args.device)
+        gen = torch.Generator().manual_seed(7)
+        coeffs = [torch.randn(cfg.batch, cfg.seq, generator=gen).to(args.device)
+                  for _ in range(2)]
+        fused = run(model, cfg, "fused_logprob", coeffs, args.device)
+        ref = run(model, cfg, gpt_setup.logits_path_logprob, coeffs, args.device)
+        row = {"class": type(model).__name__, "tokens": cfg.batch * cfg.seq,
+               "vocab": cfg.vocab, "hidden": cfg.hidden, "dtype": str(cfg.dtype),
+               **differences(fused, ref), "n_grads": len(ref[2])}
+        if cfg.dtype != torch.float32:  # the logits path's own rounding, told apart
+            fp32 = run(model, cfg, fp32_head_logprob, coeffs, args.device)
+            row["vs_fp32_head"] = {"fused": differences(fused, fp32),
+                                   "logits_path": differences(ref, fp32)}
+        if args.device == "cuda":
+            row["fused"] = timed(model, cfg, "fused_logprob", coeffs, args.device)
+            row["logits_path"] = timed(model, cfg, gpt_setup.logits_path_logprob, coeffs,
+                                       args.device)
+        report["configs"]["tied" if tied else "untied"] = row
+        del model
+    gpt_setup.shutdown()
+    print(json.dumps(report, indent=1))
+    (args.out / "hybrid_check.json").write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
