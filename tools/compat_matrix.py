@@ -11,11 +11,16 @@ For each release, under the Python/torch environment of the release's family
   contract tests (tests/core/test_hook_contract.py, test_patching.py, test_install.py:
   real GPTModel, gloo, TP 1 and 2; patch/unpatch/refuse/kill on upstream's files) run with
   that directory first on PYTHONPATH.
+On both routes' trees, the hybrid model (MambaModel / HybridModel) runs
+``tools/hybrid_check.py --device cpu``: ``output_processor="fused_logprob"`` by name against
+its logits path, values and every gradient (TP 1, tied and untied).
 Writes docs/COMPATIBILITY.md. Releases: every patch set, plus the yanked releases that
 patch sets serve by content (0.18.1, 0.19.1).
 
     python tools/compat_matrix.py                  # every release (about 60 min on 2 cores)
     python tools/compat_matrix.py 0.13.0 0.17.1    # some (rows for others are kept)
+    python tools/compat_matrix.py --keep-contract-tests   # all but the contract tests
+                                                   # (their rows' results and commits kept)
 """
 
 from __future__ import annotations
@@ -59,7 +64,28 @@ def venv_python(release: str) -> Path:
     return REPO / venv / "bin" / "python"
 
 
-def run_release(release: str, work: Path, cache: Path) -> dict:
+HYBRID_TOL = 1e-5
+
+
+def hybrid_check(python: Path, tree: Path, out: Path) -> dict:
+    """tools/hybrid_check.py --device cpu against the core in ``tree``: the worst
+    difference of its configs, and whether all are within HYBRID_TOL."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(REPO)]),
+               PYTHONWARNINGS="ignore")
+    proc = subprocess.run([str(python), str(REPO / "tools" / "hybrid_check.py"), "--device",
+                           "cpu", "--out", str(out)], cwd=REPO, env=env, capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        return {"ok": False, "error": proc.stderr[-1500:]}
+    configs = json.loads((out / "hybrid_check.json").read_text())["configs"]
+    worst = max(max(c["log_probs_max_abs"], c["entropy_max_abs"], c["grad_max_rel"])
+                for c in configs.values())
+    return {"ok": worst <= HYBRID_TOL, "class": configs["tied"]["class"], "worst": worst,
+            "configs": sorted(configs)}
+
+
+def run_release(release: str, work: Path, cache: Path, previous: dict | None = None) -> dict:
+    """One row. ``previous``: keep that row's contract-test results instead of running them."""
     row = {"release": release, "env": family_env(release),
            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                                     capture_output=True, text=True).stdout.strip()}
@@ -83,6 +109,7 @@ def run_release(release: str, work: Path, cache: Path) -> dict:
     row["byte_compiled"] = compiled.returncode == 0
     ok, _, problems = patching.verify(site)
     row["verify"] = "ok" if ok else "; ".join(problems)
+    row["hybrid_in_place"] = hybrid_check(python, site, work / f"{release}-hybrid-in-place")
     shutil.rmtree(site, ignore_errors=True)
 
     # the wheel route: build, install into a fresh target, verify, run the contract tests
@@ -98,6 +125,14 @@ def run_release(release: str, work: Path, cache: Path) -> dict:
     ok, st, problems = patching.verify(target)
     row["wheel_verify"] = "ok" if ok else "; ".join(problems)
     row["wheel_state"] = st.state
+    row["hybrid_wheel"] = hybrid_check(python, target, work / f"{release}-hybrid-wheel")
+    if previous is not None:
+        row.update({k: previous[k] for k in ("tests", "tests_ok")})
+        row["tests_commit"] = previous.get("tests_commit", previous.get("commit"))
+        shutil.rmtree(target, ignore_errors=True)
+        print(json.dumps(row), flush=True)
+        return row
+    row["tests_commit"] = row["commit"]
     # the tests take upstream's wheel from where tools/env.sh keeps them
     keep = REPO / ".venv" / "wheelhouse" / "upstream"
     keep.mkdir(parents=True, exist_ok=True)
@@ -119,6 +154,20 @@ def run_release(release: str, work: Path, cache: Path) -> dict:
     return row
 
 
+def _hybrid_cell(row: dict) -> str:
+    cells = [row.get(f"hybrid_{route}") for route in ("in_place", "wheel")]
+    if not all(cells):
+        return "not run"
+    verdicts = " / ".join("ok" if c["ok"] else "FAIL" for c in cells)
+    worst = max(c.get("worst", float("inf")) for c in cells)
+    return f"{cells[0].get('class', '?')}: {verdicts} ({worst:.1e})"
+
+
+def _tests_commit(row: dict) -> str:
+    commit = row.get("tests_commit", row.get("commit"))
+    return f" (at {commit})" if commit != row.get("commit") else ""
+
+
 def write_markdown(rows: list[dict]) -> None:
     lines = [
         "# Compatibility matrix",
@@ -138,20 +187,28 @@ def write_markdown(rows: list[dict]) -> None:
         "`native` = hook built in, overlay adds the name lookup only. On native releases one "
         "test is skipped: the probe's missing-hook error needs a core without the hook. "
         "Yanked 0.18.1 and 0.19.1 are served by 0.18.0's and 0.19.0's patch sets (their "
-        "`gpt_model.py` is byte-identical).",
+        "`gpt_model.py` is byte-identical). Hybrid model: on each route's tree, "
+        "`tools/hybrid_check.py --device cpu` builds the release's hybrid class "
+        "(MambaModel before 0.18, HybridModel from 0.18; attention and MLP layers, the "
+        "final norm swapped for torch's, Mamba layers not exercised) and compares "
+        "`output_processor=\"fused_logprob\"` by name with the logits path at TP 1, tied "
+        f"and untied: ok when log-probs, entropy and every gradient agree within "
+        f"{HYBRID_TOL:g} (the worst difference shown). `commit`: where this row's checks "
+        "ran; the contract tests' own commit is named beside them.",
         "",
         "| release | Python | upstream state | in place: `patch` | patch set | "
-        "byte-compiled | verify | wheel: installed | verify | contract tests (on the wheel) "
-        "| commit |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "byte-compiled | verify | wheel: installed | verify | hybrid model: in place / wheel "
+        "| contract tests (on the wheel) | commit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in sorted(rows, key=lambda r: tuple(int(p) for p in r["release"].split("."))):
         lines.append(
             f"| {row['release']} | {row['python']} | {row['upstream_state']} | {row['state']} | "
             f"{row['patch_set']} | {'yes' if row['byte_compiled'] else 'NO'} | {row['verify']} "
             f"| {row.get('wheel_state', '-')} | {row.get('wheel_verify', '-')} "
-            f"| {'PASS' if row['tests_ok'] else 'FAIL'}: {row['tests']} "
-            f"| {row.get('commit', '?')} |")
+            f"| {_hybrid_cell(row)} "
+            f"| {'PASS' if row['tests_ok'] else 'FAIL'}: {row['tests']}"
+            f"{_tests_commit(row)} | {row.get('commit', '?')} |")
     OUT.write_text("\n".join(lines) + "\n")
 
 
@@ -160,6 +217,9 @@ def main() -> None:
     parser.add_argument("releases", nargs="*")
     parser.add_argument("--cache", type=Path,
                         default=Path(tempfile.gettempdir()) / "megatron-core-wheels")
+    parser.add_argument("--keep-contract-tests", action="store_true",
+                        help="keep each row's contract-test results (and their commit) from "
+                             "docs/compatibility.json instead of running them")
     parser.add_argument("--rewrite", action="store_true",
                         help="only rewrite the markdown from docs/compatibility.json")
     args = parser.parse_args()
@@ -174,10 +234,12 @@ def main() -> None:
     rows = {r["release"]: r for r in previous}
     with tempfile.TemporaryDirectory() as work:
         for release in releases:
-            rows[release] = run_release(release, Path(work), args.cache)
+            keep = rows.get(release) if args.keep_contract_tests else None
+            rows[release] = run_release(release, Path(work), args.cache, keep)
             RESULTS.write_text(json.dumps(list(rows.values()), indent=1) + "\n")
             write_markdown(list(rows.values()))
-    failed = [r["release"] for r in rows.values() if not r["tests_ok"]]
+    failed = [r["release"] for r in rows.values() if not r["tests_ok"] or not all(
+        r.get(f"hybrid_{route}", {}).get("ok") for route in ("in_place", "wheel"))]
     print(f"{len(rows)} releases, failed: {failed or 'none'}")
     sys.exit(1 if failed else 0)
 

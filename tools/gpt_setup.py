@@ -16,7 +16,7 @@ GPU, or without Apex and Transformer Engine (see ../shared/notes/megatron-on-cpu
   BFloat16 but found Float").
 - The causal mask is passed explicitly (the default one is built on ``device="cuda"``).
 - Hybrid models: Mamba layers need mamba_ssm's CUDA extension, so the layer pattern holds
-  attention (``*``), MLP (``-``) and, from 0.16, MoE (``E``) layers only, built from the
+  attention (``*``), MLP (``-``) and MoE (``E``; its TE-free forward runs from 0.17) layers only, built from the
   local GPT spec's submodules; Mamba layers themselves are not exercised. The stack's
   final norm is Transformer Engine's ``TENorm``, hard-wired in the stack module: it is
   swapped for the SP-safe ``WrappedTorchNorm`` below, and on 0.12, whose TE extension
@@ -56,7 +56,7 @@ class ModelConfig:
     mup: bool = False
     pp: int = 1
     model: str = "gpt"  # or "hybrid": megatron's hybrid model class (see hybrid_model_class)
-    moe: bool = False  # hybrid only: an MoE layer ("E") in the pattern (0.16+)
+    moe: bool = False  # hybrid only: an MoE layer ("E") in the pattern (0.16+; TE-free 0.17+)
 
     @property
     def name(self) -> str:

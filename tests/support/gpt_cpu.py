@@ -12,7 +12,7 @@ from tools.gpt_setup import ModelConfig
 def configs(tp: int) -> list[ModelConfig]:
     """What the equivalence tests cover, on GPTModel and on the hybrid model: SP off/on (on
     needs TP > 1) x tied/untied, plus MTP (hybrid: 0.17+), plus MuP where the core has it
-    (0.17+), plus an MoE layer in the hybrid pattern (0.16+)."""
+    (0.17+), plus an MoE layer in the hybrid pattern (0.17+: earlier MoE needs TE here)."""
     return gpt_configs(tp) + hybrid_configs(tp)
 
 
@@ -35,6 +35,14 @@ def gpt_configs(tp: int) -> list[ModelConfig]:
     return out
 
 
+def _moe_runs_without_te() -> bool:
+    """0.14-0.16's MoE router reads ``te_general_gemm``, which moe_utils defines only when
+    Transformer Engine imports (NameError here); 0.17+ sets it to None without TE."""
+    from megatron.core.transformer.moe import moe_utils
+
+    return hasattr(moe_utils, "te_general_gemm")
+
+
 def hybrid_configs(tp: int) -> list[ModelConfig]:
     from tools.gpt_setup import hybrid_layer_symbols
 
@@ -44,6 +52,6 @@ def hybrid_configs(tp: int) -> list[ModelConfig]:
         out.append(ModelConfig(tp=tp, sp=False, tied=True, mtp_layers=1, model="hybrid"))
     if _has_mup():
         out.append(ModelConfig(tp=tp, sp=tp > 1, tied=False, mup=True, model="hybrid"))
-    if "E" in symbols:  # 0.16+
+    if "E" in symbols and _moe_runs_without_te():  # 0.17+
         out.append(ModelConfig(tp=tp, sp=tp > 1, tied=False, moe=True, model="hybrid"))
     return out
