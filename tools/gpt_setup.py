@@ -17,8 +17,9 @@ GPU, or without Apex and Transformer Engine (see ../shared/notes/megatron-on-cpu
 - The causal mask is passed explicitly (the default one is built on ``device="cuda"``).
 - Hybrid models: Mamba layers need mamba_ssm's CUDA extension, so the layer pattern holds
   attention (``*``), MLP (``-``) and MoE (``E``; megatron's MoE runs without TE from 0.17)
-  layers only, built from the local GPT spec's submodules; Mamba layers themselves are not exercised. The stack's
-  final norm is Transformer Engine's ``TENorm``, hard-wired in the stack module: it is
+  layers only, built from the local GPT spec's submodules; Mamba layers themselves are not
+  exercised. The stack's final norm is Transformer Engine's ``TENorm``, hard-wired in the
+  stack module: it is
   swapped for the SP-safe ``WrappedTorchNorm`` below, and on 0.12, whose TE extension
   module imports Transformer Engine unconditionally, a stand-in for that module offers
   ``TENorm`` alone.
