@@ -23,7 +23,9 @@ from . import lock, transaction, unified_diff
 from .patch_sets import PatchSet, match_patch_set, nearest_mismatch, supported_releases
 
 DIST_NAME = "megatron-core"
-LOCAL_LABEL = "overlay.2"  # PEP 440 local label: 0.13.1+overlay.2 still satisfies ==0.13.1 (as tools/make_patches.py)
+# PEP 440 local label: 0.13.1+overlay.2 still satisfies ==0.13.1. tools/make_patches.py
+# writes the same one into the manifests; it is bumped when the patch sets change.
+LOCAL_LABEL = "overlay.2"
 MARKER = "megatron_overlay.json"  # written into the dist-info of a patched core
 JOURNAL = "megatron_overlay.journal"
 GPT_MODEL = "megatron/core/models/gpt/gpt_model.py"

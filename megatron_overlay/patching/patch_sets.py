@@ -27,7 +27,8 @@ class FileEntry:
 class PatchSet:
     release: str  # the upstream megatron-core release, e.g. "0.13.1"
     patch_set_id: str  # e.g. "0.13.1+overlay.2"
-    hook: str  # GPTModel's: "backport" (pre-0.18: the hook is added) or "native" (name lookup only)
+    # GPTModel's hook: "backport" (pre-0.18: the hook is added) or "native" (name lookup only)
+    hook: str
     files: tuple[FileEntry, ...]
     diff_text: str
     # model class -> "native" (upstream has the hook) or "backport" (this set adds it)
