@@ -115,9 +115,10 @@ def _raise_missing_hook(model) -> None:
         fix = ("install a supported release (megatron-core 0.12.0-0.19.2) and run "
                "`megatron-overlay patch`")
     elif _hooked_class(model, st) is None and st.patch_set and not st.name_lookup:
+        others = [c for c in _patch_set_models(st) if c != "GPTModel"]
         fix = (f"run `megatron-overlay patch` in this environment: upstream megatron-core "
                f"{st.release} has the hook on GPTModel only, and the overlay's patch set "
-               f"back-ports it to {', '.join(c for c in _patch_set_models(st) if c != 'GPTModel')}")
+               f"back-ports it to {', '.join(others)}")
     else:
         fix = (f"the model's forward is not the forward of a hooked megatron model class "
                f"({', '.join(st.models) or 'none'}); a wrapper or another class? Call it on "
@@ -128,11 +129,11 @@ def _raise_missing_hook(model) -> None:
 
 
 def _patch_set_models(st) -> list[str]:
-    from .patching import find_patch_set, match_patch_set
+    """The model classes the patch set serving this core hooks, once applied."""
+    from .patching import match_patch_set
     from .patching.core import sha256_of
 
-    patch_set = find_patch_set(st.release) or match_patch_set(
-        st.release, lambda rel: sha256_of(Path(st.site) / rel))
+    patch_set = match_patch_set(st.release, lambda rel: sha256_of(Path(st.site) / rel))
     return [cls for cls, _ in patch_set.models] if patch_set else []
 
 
