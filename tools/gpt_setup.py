@@ -57,6 +57,8 @@ class ModelConfig:
     mup: bool = False
     pp: int = 1
     model: str = "gpt"  # or "hybrid": megatron's hybrid model class (see hybrid_model_class)
+    # False: a chunk without the output layer (what a non-last pipeline stage builds), PP 1
+    output_layer: bool = True
     moe: bool = False  # hybrid only: an MoE layer ("E") in the pattern (0.16+; TE-free 0.17+)
 
     @property
@@ -166,6 +168,15 @@ def seed_model_parallel(seed: int, device: str) -> None:
         tensor_parallel.model_parallel_cuda_manual_seed(seed)
 
 
+def _stage(cfg: ModelConfig) -> tuple[bool, bool]:
+    """(pre_process, post_process) of this rank's model chunk."""
+    from megatron.core import parallel_state
+
+    if cfg.pp > 1:
+        return parallel_state.is_pipeline_first_stage(), parallel_state.is_pipeline_last_stage()
+    return True, cfg.output_layer
+
+
 def build_model(cfg: ModelConfig, seed: int = 1234, device: str = "cpu",
                 spec=None, **config_overrides):
     """A small GPTModel (or, ``cfg.model == "hybrid"``, hybrid model), the same weights on
@@ -174,17 +185,13 @@ def build_model(cfg: ModelConfig, seed: int = 1234, device: str = "cpu",
     only (``cfg.layers // cfg.pp`` layers)."""
     if cfg.model == "hybrid":
         return build_hybrid_model(cfg, seed, device, **config_overrides)
-    from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
     from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 
     seed_model_parallel(seed, device)
     config = transformer_config(cfg, **config_overrides)
     spec = spec or layer_spec()
-    pre_process = post_process = True
-    if cfg.pp > 1:
-        pre_process = parallel_state.is_pipeline_first_stage()
-        post_process = parallel_state.is_pipeline_last_stage()
+    pre_process, post_process = _stage(cfg)
     block = TransformerBlockSubmodules(layer_specs=[spec] * (cfg.layers // cfg.pp),
                                        layer_norm=SequenceParallelSafeNorm)
     kwargs = {}
@@ -305,8 +312,6 @@ def build_hybrid_model(cfg: ModelConfig, seed: int = 1234, device: str = "cpu",
     """A small hybrid model (see the module docstring), built like :func:`build_model`."""
     import inspect
 
-    from megatron.core import parallel_state
-
     seed_model_parallel(seed, device)
     if cfg.moe:
         # no linear biases (megatron's MoE takes them only without expert TP); the
@@ -320,10 +325,7 @@ def build_hybrid_model(cfg: ModelConfig, seed: int = 1234, device: str = "cpu",
     spec_kw = "hybrid_stack_spec" if "hybrid_stack_spec" in params else "mamba_stack_spec"
     pattern_kw = ("hybrid_layer_pattern" if "hybrid_layer_pattern" in params
                   else "hybrid_override_pattern")
-    pre_process = post_process = True
-    if cfg.pp > 1:
-        pre_process = parallel_state.is_pipeline_first_stage()
-        post_process = parallel_state.is_pipeline_last_stage()
+    pre_process, post_process = _stage(cfg)
     model = model_cls(
         config=config, vocab_size=cfg.vocab, max_sequence_length=cfg.seq,
         pre_process=pre_process, post_process=post_process,

@@ -137,6 +137,13 @@ def test_packed_seq_params_reach_the_stack_or_are_refused_by_name(checks):
                                    "DotProductAttention.Please use TEDotProductAttention instead.")
 
 
+def test_a_chunk_without_the_output_layer_returns_what_gpt_model_returns(checks):
+    """A non-last pipeline stage: no processor call, its hidden states back, as GPTModel."""
+    chunks = checks["patched"]["no_output_layer"]
+    assert chunks["hybrid"] == chunks["gpt"] == {"calls": 0, "shape": [32, 2, 64],
+                                                 "has_output_layer": False}
+
+
 def test_the_inference_path_calls_the_processor_as_native_gpt_model_does(checks):
     if _release() < (0, 18):
         pytest.skip("megatron's InferenceMode arrived in 0.18")

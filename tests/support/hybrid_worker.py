@@ -11,6 +11,8 @@ PYTHONPATH's) core, one JSON line out.
 - ``inference``: a forward under megatron's inference mode with a static inference
   context (0.18+), on the GPTModel and the hybrid model: whether the processor ran, with
   which hidden-state shape and context.
+- ``no_output_layer``: a model chunk without the output layer (a non-last pipeline stage),
+  GPTModel and hybrid, called with a processor: whether it ran, and what came back.
 - ``graph_bypass``: the hybrid model's block-scope inference CUDA-graph test
   (``_should_call_local_cudagraph``, 0.18+) with every condition for replay met, without
   and with a processor.
@@ -91,6 +93,17 @@ def inference(model, cfg) -> list:
     return _outcome(call)
 
 
+def no_output_layer(kind: str) -> dict:
+    """What a chunk without the output layer returns when given a processor."""
+    cfg = gpt_setup.ModelConfig(model=kind, output_layer=False)
+    model = gpt_setup.build_model(cfg)
+    input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
+    calls = []
+    out = model(input_ids, position_ids, mask, labels=labels, output_processor=recording(calls))
+    return {"calls": len(calls), "shape": list(out.shape),
+            "has_output_layer": hasattr(model, "output_layer")}
+
+
 def graph_bypass(model, cfg) -> dict:
     from megatron.core.inference.contexts import StaticInferenceContext
     from megatron.core.inference.utils import InferenceMode
@@ -115,6 +128,7 @@ def main() -> None:
     results["detect"] = detect(model, hybrid_cfg)
     if results["detect"]["hooked"]:
         results["packed"] = packed(model, hybrid_cfg)
+        results["no_output_layer"] = {kind: no_output_layer(kind) for kind in ("gpt", "hybrid")}
         if hasattr(model, "_should_call_local_cudagraph"):  # 0.18+
             results["inference"] = {
                 "hybrid": inference(model, hybrid_cfg),
