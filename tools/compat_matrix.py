@@ -201,6 +201,15 @@ def write_markdown(rows: list[dict]) -> None:
         "| contract tests (on the wheel) | commit |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    kept = sorted({row["tests_commit"] for row in rows
+                   if row.get("tests_commit", row.get("commit")) != row.get("commit")})
+    if kept:
+        lines[2] += (
+            f" Contract-test results marked `(at C)` ran at commit C and were kept "
+            f"(`--keep-contract-tests`); at {', '.join(kept)} the patch sets were "
+            f"`overlay.1`, GPTModel only, whose patched files are byte-identical to "
+            f"`overlay.2`'s (which adds the hybrid model's file: checked in the hybrid "
+            f"column and in every leg of the test matrix).")
     for row in sorted(rows, key=lambda r: tuple(int(p) for p in r["release"].split("."))):
         lines.append(
             f"| {row['release']} | {row['python']} | {row['upstream_state']} | {row['state']} | "
