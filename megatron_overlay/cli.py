@@ -1,13 +1,15 @@
 """``megatron-overlay``: status | patch | unpatch | verify | wheel | demo.
 
 Exit codes, for scripts: 0 the core is ready (patched, or native with the name lookup) or
-the command did what was asked; 1 it is not ready (status, patch, verify); 2 refused or
-failed, nothing changed.
+the command did what was asked (``verify``: the core is wholly patched or wholly
+upstream's, its metadata true); 1 it is not ready (status, patch) or not consistent
+(verify); 2 refused or failed, nothing changed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -22,7 +24,8 @@ def _print_status(st: patching.Status) -> None:
         return
     line = f"megatron-core {st.core_version} in {st.site}: {st.state}"
     if st.patch_set:
-        line += f" (patch set {st.patch_set}"
+        applied = st.name_lookup or st.state not in (patching.UNPATCHED, patching.NATIVE)
+        line += f" (patch set {st.patch_set}{'' if applied else ' available, not applied'}"
         if st.same_files_as:
             line += f": its files are byte-identical to {st.same_files_as}'s"
         line += ")"
@@ -46,14 +49,29 @@ def _cmd_status(args) -> int:
     return EXIT_OK if st.ready else EXIT_NOT_READY
 
 
+def _report_change(args, verb: str, before: patching.Status, after: patching.Status) -> None:
+    """What a writing command did: one line (or --json), then the state."""
+    changed = [f["path"] for f, was in zip(after.files, before.files)
+               if f["sha256"] != was["sha256"]]  # the same patch set's files, in order
+    if args.json:
+        print(json.dumps({"changed": bool(changed), "changed_files": changed,
+                          "status": json.loads(after.to_json())}, indent=2))
+        return
+    print(f"{verb}: {len(changed)} file(s) changed ({', '.join(changed)})" if changed else
+          f"{verb}: nothing to do, nothing changed")
+    _print_status(after)
+
+
 def _cmd_patch(args) -> int:
+    before = patching.status(args.site)
     st = patching.apply(args.site)
-    _print_status(st)
+    _report_change(args, "patch", before, st)
     return EXIT_OK if st.ready else EXIT_NOT_READY
 
 
 def _cmd_unpatch(args) -> int:
-    _print_status(patching.revert(args.site))
+    before = patching.status(args.site)
+    _report_change(args, "unpatch", before, patching.revert(args.site))
     return EXIT_OK
 
 
@@ -66,7 +84,10 @@ def _cmd_wheel(args) -> int:
         source = args.source or wheel.download(args.release, Path(tmp), args.python_version,
                                                args.platform)
         path = wheel.build(args.release, Path(source), Path(args.out)).resolve()
-    print(f"built {path.name} from {Path(source).name}", file=sys.stderr)
+    print(f"built {path.name} from {Path(source).name}; install it with your pin: pip "
+          f"install --find-links {path.parent} megatron-core=={args.release} (over an "
+          f"installed upstream {args.release}: add --force-reinstall --no-deps)",
+          file=sys.stderr)
     if args.print_requirement:
         print(wheel.requirement_line(path))
     print(path)
@@ -75,12 +96,17 @@ def _cmd_wheel(args) -> int:
 
 def _cmd_verify(args) -> int:
     ok, st, problems = patching.verify(args.site)
+    if args.json:
+        print(json.dumps({"ok": ok, "problems": problems, "status": json.loads(st.to_json())},
+                         indent=2))
+        return EXIT_OK if ok else EXIT_NOT_READY
     _print_status(st)
     for f in st.files:
         print(f"  {f['matches']:>8}  {f['path']}")
     for problem in problems:
         print(f"  problem: {problem}")
-    print("verify: OK" if ok else "verify: FAILED")
+    form = "patched" if st.ready else "upstream's own files"
+    print(f"verify: OK ({form}; hashes and RECORD agree)" if ok else "verify: FAILED")
     return EXIT_OK if ok else EXIT_NOT_READY
 
 
@@ -95,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="megatron-overlay",
         description="The output_processor hook on every megatron-core 0.12-0.19, "
                     "and fused log-prob/entropy processors.",
-        epilog="exit codes: 0 ready / done; 1 not ready (status, patch, verify); "
-               "2 refused or failed, nothing changed")
+        epilog="exit codes: 0 ready / done / verified; 1 not ready (status, patch) or not "
+               "consistent (verify); 2 refused or failed, nothing changed")
     parser.add_argument("--version", action="version",
                         version=f"megatron-overlay {__version__} (patch sets for megatron-core "
                                 f"{', '.join(patching.supported_releases())})")
@@ -105,14 +131,14 @@ def main(argv: list[str] | None = None) -> int:
         ("status", _cmd_status, "installed core: version, state, patch set"),
         ("patch", _cmd_patch, "apply the patch set for the installed core (idempotent)"),
         ("unpatch", _cmd_unpatch, "restore the byte-identical upstream core"),
-        ("verify", _cmd_verify, "check the core is patched and its metadata tells the truth"),
+        ("verify", _cmd_verify, "check the core is wholly patched or wholly upstream's, and "
+                                "that its metadata tells the truth"),
     ]:
         cmd = sub.add_parser(name, help=help_text)
         cmd.add_argument("--site", help="directory holding megatron/ and its dist-info "
                                         "(default: the core this Python imports)")
         cmd.set_defaults(func=func)
-        if name == "status":
-            cmd.add_argument("--json", action="store_true", help="machine-readable output")
+        cmd.add_argument("--json", action="store_true", help="machine-readable output")
     wheel = sub.add_parser(
         "wheel", help="build a patched megatron-core wheel (X+overlay.2) from upstream's",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

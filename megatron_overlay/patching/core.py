@@ -90,6 +90,9 @@ def locate(site: str | os.PathLike | None = None) -> Core:
         found = [d for d in importlib.metadata.distributions(path=[str(site)])
                  if (d.metadata["Name"] or "").lower().replace("_", "-") == DIST_NAME]
         if not found:
+            if not Path(site).is_dir():
+                raise PatchError(f"{site}: no such directory (--site takes the directory that "
+                                 f"holds megatron/ and its dist-info, e.g. site-packages)")
             raise PatchError(f"no megatron-core distribution in {site}")
         dist = found[0]
     dist_info = Path(dist._path)  # PathDistribution: the .dist-info directory
@@ -391,8 +394,9 @@ def revert(site: str | os.PathLike | None = None) -> Status:
 
 
 def verify(site: str | os.PathLike | None = None) -> tuple[bool, Status, list[str]]:
-    """Is the core patched (or native with the name lookup) and does RECORD tell the truth?
-    Reads only."""
+    """Is the core wholly in the state it claims (patched, or native with the name lookup;
+    or upstream's own: unpatched, or native without it), and does RECORD tell the truth?
+    Reads only. Readiness for processors is ``status(...).ready``."""
     try:
         core = locate(site)
     except PatchError as err:
@@ -401,21 +405,30 @@ def verify(site: str | os.PathLike | None = None) -> tuple[bool, Status, list[st
         core = locate(site)
         current = _judge(core)
         problems: list[str] = []
-        if not current.ready:
-            problems.append(f"state is {current.state}, expected {PATCHED} (or {NATIVE} with "
-                            f"the overlay's name lookup)"
+        upstream_form = current.state == UNPATCHED or (current.state == NATIVE
+                                                       and not current.name_lookup)
+        if current.patch_set is None:  # a release no patch set knows: nothing to check by
+            return False, current, [current.detail]
+        if not (current.ready or upstream_form):
+            problems.append(f"state is {current.state}: neither {PATCHED} (or {NATIVE} with "
+                            f"the overlay's name lookup) nor upstream's own files"
                             f"{': ' + current.detail if current.detail else ''}")
             return False, current, problems
         record = core.dist_info / "RECORD"
         if record.exists():
             rows = {r.split(",", 1)[0]: r.rstrip("\r\n")
                     for r in record.read_bytes().decode().splitlines()}
-            for path in [core.site / f["path"] for f in current.files] + [
-                    core.dist_info / "METADATA", core.dist_info / MARKER]:
+            checked = [core.site / f["path"] for f in current.files] + [
+                core.dist_info / "METADATA"]
+            if current.ready:
+                checked.append(core.dist_info / MARKER)
+            for path in checked:
                 rel = path.relative_to(core.site).as_posix()
                 if rows.get(rel) != record_row(rel, path.read_bytes(), end=""):
                     problems.append(f"RECORD row for {rel} does not match the file")
         patch_set = match_patch_set(core.release, lambda rel: sha256_of(core.site / rel))
         for path in transaction.leftovers(_patched_dirs(core, patch_set)):
             problems.append(f"leftover of an interrupted run: {path}")
+        if upstream_form and (core.dist_info / MARKER).exists():
+            problems.append(f"a stray overlay marker: {core.dist_info / MARKER}")
     return not problems, current, problems

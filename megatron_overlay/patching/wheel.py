@@ -17,6 +17,7 @@ line, the dist-info's name, the overlay's marker and RECORD change.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import subprocess
 import sys
@@ -24,7 +25,6 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from . import lock
 from .core import (LOCAL_LABEL, MARKER, PatchError, mismatch_note, marker_bytes, record_row,
                    transformed, with_version)
 from .patch_sets import match_patch_set, supported_releases
@@ -33,9 +33,16 @@ WHEEL_NAME = "megatron_core"  # the distribution's name as wheel file names spel
 _FILENAME = re.compile(r"^megatron_core-(?P<version>[^-]+)-(?P<tags>.+)\.whl$")
 
 
+_RELEASE = re.compile(r"^\d+\.\d+\.\d+$")
+
+
 def download(release: str, dest: Path, python_version: str | None = None,
              platform: str | None = None) -> Path:
     """Upstream's wheel of ``release`` for this Python (or the one named), with pip."""
+    if not _RELEASE.match(release):
+        example = release.lstrip("vV") if _RELEASE.match(release.lstrip("vV")) else "0.13.1"
+        raise PatchError(f"{release!r} is not a megatron-core release: give it as X.Y.Z, e.g. "
+                         f"{example} (supported: {', '.join(supported_releases())})")
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
            "--no-deps", "--only-binary=:all:", "--dest", str(dest),
            f"megatron-core=={release}"]
@@ -46,9 +53,25 @@ def download(release: str, dest: Path, python_version: str | None = None,
     proc = subprocess.run(cmd, capture_output=True, text=True)
     found = sorted(dest.glob(f"{WHEEL_NAME}-{release}-*.whl"))
     if proc.returncode != 0 or not found:
-        raise PatchError(f"could not download megatron-core=={release} with pip: "
-                         f"{(proc.stderr or proc.stdout).strip()[-800:]}")
+        raise PatchError(_download_failure(release, python_version,
+                                           (proc.stderr or proc.stdout).strip()))
     return found[0]
+
+
+def _download_failure(release: str, python_version: str | None, pip_output: str) -> str:
+    """What went wrong, in one message: pip's own error line, not its list of versions."""
+    errors = [line for line in pip_output.splitlines() if line.startswith("ERROR:")]
+    said = errors[-1] if errors else pip_output[-300:]
+    python = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    hint = f"supported releases: {', '.join(supported_releases())}"
+    minor = tuple(int(p) for p in release.split(".")[:2])
+    newest = max(tuple(int(p) for p in r.split(".")[:2]) for r in supported_releases())
+    if (0, 17) <= minor <= newest and tuple(int(p) for p in python.split(".")[:2]) < (3, 12):
+        hint = (f"megatron-core {release} publishes Python 3.12 wheels only and this is "
+                f"Python {python}: add --python-version 3.12 (the wheel is built for it, "
+                f"not run here); {hint}")
+    return (f"could not download upstream's megatron-core=={release} wheel for Python "
+            f"{python} with pip ({said}); {hint}; or pass --from UPSTREAM.whl")
 
 
 def _dist_info(names: list[str]) -> str:
@@ -119,17 +142,25 @@ def build(release: str, source: Path, out_dir: Path) -> Path:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{WHEEL_NAME}-{version}-{match['tags']}.whl"
-    with lock.exclusive(out_dir):
-        tmp = Path(tempfile.mkstemp(dir=out_dir, prefix=".building-", suffix=".whl")[1])
-        try:
-            with zipfile.ZipFile(tmp, "w") as wheel:
-                for info in order:
-                    data = changed.get(info.filename, contents.get(info.filename))
-                    wheel.writestr(_clone(info, rename(info.filename)), data)
-            tmp.replace(target)  # atomic: readers see the old wheel or the whole new one
-        finally:
-            tmp.unlink(missing_ok=True)
+    # No lock: concurrent builds write the same bytes, each to its own temporary file, and
+    # the rename is atomic (readers see the old wheel or the whole new one).
+    tmp = Path(tempfile.mkstemp(dir=out_dir, prefix=".building-", suffix=".whl")[1])
+    try:
+        with zipfile.ZipFile(tmp, "w") as wheel:
+            for info in order:
+                data = changed.get(info.filename, contents.get(info.filename))
+                wheel.writestr(_clone(info, rename(info.filename)), data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide it from other users
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
     return target
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _entry(infos: list[zipfile.ZipInfo], name: str) -> zipfile.ZipInfo:

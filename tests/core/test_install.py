@@ -131,6 +131,37 @@ def test_concurrent_wheel_builds_agree(upstream, release, overlay_wheel, tmp_pat
     assert built[0].read_bytes() == overlay_wheel.read_bytes()
 
 
+def test_wheel_is_readable_by_others_and_leaves_nothing_beside_it(upstream, release, tmp_path):
+    """0644 under umask 022, as upstream's wheel beside it; no lock or temporary file."""
+    out = tmp_path / "wheelhouse"
+    proc = subprocess.run([*CLI, "wheel", release, "--from", str(upstream), "--out", str(out)],
+                          capture_output=True, text=True, env=ENV,
+                          preexec_fn=lambda: os.umask(0o022))
+    assert proc.returncode == 0, proc.stderr
+    built = Path(proc.stdout.strip().splitlines()[-1])
+    assert built.stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in out.iterdir()] == [built.name]
+    assert f"--find-links {out} megatron-core=={release}" in proc.stderr
+    assert "--force-reinstall --no-deps" in proc.stderr
+
+
+def test_wheel_release_errors_say_what_to_give():
+    from megatron_overlay.patching import wheel
+
+    proc = cli("wheel", "v0.13.1", "--out", "/nonexistent/never-written", check_rc=2)
+    assert "'v0.13.1' is not a megatron-core release: give it as X.Y.Z, e.g. 0.13.1" in (
+        proc.stderr)
+    pip_said = ("ERROR: Could not find a version that satisfies the requirement "
+                "megatron-core==0.19.2 (from versions: 0.1.0, " + "0.16.0rc0.dev125825, " * 40
+                + "0.19.2)\nERROR: No matching distribution found for megatron-core==0.19.2")
+    message = wheel._download_failure("0.19.2", "3.11", pip_said)
+    assert "(ERROR: No matching distribution found for megatron-core==0.19.2)" in message
+    assert "dev125825" not in message
+    assert "add --python-version 3.12" in message and "supported releases: 0.12.0" in message
+    unknown = wheel._download_failure("9.9.9", "3.11", pip_said)
+    assert "--python-version" not in unknown and "supported releases: 0.12.0" in unknown
+
+
 # ---------------------------------------------------------------- installing it
 
 def test_pip_pin_selects_the_wheel_and_force_reinstall_keeps_it(overlay_wheel, upstream,
@@ -240,14 +271,43 @@ def test_unknown_core_is_refused_with_a_nonzero_exit(core_copy, release):
 def test_cli_exit_codes_and_version(core_copy):
     assert "megatron-overlay 0." in cli("--version", check_rc=0).stdout
     cli("status", "--site", core_copy, check_rc=1)       # unpatched: not ready
-    cli("verify", "--site", core_copy, check_rc=1)
+    # upstream's own files, as they claim to be: verified
+    assert "verify: OK (upstream's own files" in cli("verify", "--site", core_copy,
+                                                     check_rc=0).stdout
     cli("patch", "--site", core_copy, check_rc=0)
     cli("status", "--site", core_copy, check_rc=0)
     cli("verify", "--site", core_copy, check_rc=0)
+    cli("unpatch", "--site", core_copy, check_rc=0)
+    cli("verify", "--site", core_copy, check_rc=0)
+    cli("patch", "--site", core_copy, check_rc=0)
     target = next(core_copy.rglob("gpt_model.py"))
     target.write_bytes(target.read_bytes() + b"\n# edit\n")
     cli("status", "--site", core_copy, check_rc=1)       # modified
     cli("patch", "--site", core_copy, check_rc=2)        # refused
+
+
+def test_patch_and_unpatch_say_whether_they_changed_anything(core_copy):
+    files = [f.path for f in patch_set_for(patching.status(core_copy).release).files]
+    status = cli("status", "--site", core_copy, check_rc=1).stdout
+    if patching.status(core_copy).state == patching.UNPATCHED:
+        assert "available, not applied" in status
+    first = cli("patch", "--site", core_copy, check_rc=0).stdout
+    assert first.startswith(f"patch: {len(files)} file(s) changed ({', '.join(files)})")
+    again = json.loads(cli("patch", "--site", core_copy, "--json", check_rc=0).stdout)
+    assert again["changed"] is False and again["status"]["name_lookup"] is True
+    undone = json.loads(cli("unpatch", "--site", core_copy, "--json", check_rc=0).stdout)
+    assert undone["changed"] is True and undone["changed_files"] == files
+    assert cli("unpatch", "--site", core_copy, check_rc=0).stdout.startswith(
+        "unpatch: nothing to do, nothing changed")
+    verified = json.loads(cli("verify", "--site", core_copy, "--json", check_rc=0).stdout)
+    assert verified["ok"] is True and verified["problems"] == []
+
+
+def test_status_on_a_missing_directory_says_so(tmp_path):
+    missing = tmp_path / "no-such-site"
+    out = cli("status", "--site", missing, check_rc=1).stdout
+    assert f"{missing}: no such directory" in out
+    assert "no such directory" in cli("patch", "--site", missing, check_rc=2).stderr
 
 
 # ---------------------------------------------------------------- every rank at once
