@@ -9,9 +9,11 @@ the forward KL restricted to the teacher's top-k,
 
 averaged over tokens, and backward reaches every student parameter. The same step through
 the materialized logits checks the loss and the student's gradients. Runs on the GPU when
-there is one, else on the CPU (megatron-core's own GPTModel, local layer spec):
+there is one, else on the CPU (megatron-core's own GPTModel, local layer spec, built by
+tools/gpt_setup.py), in an environment with megatron-core and the overlay, e.g. the one
+`make demo` sets up:
 
-    python tools/distill_example.py [--k 8] [--tokens 1024] [--vocab 32000]
+    .venv/core-0.13.1/bin/python tools/distill_example.py [--k 8] [--tokens 1024] [--vocab 32000]
 """
 
 from __future__ import annotations
@@ -24,22 +26,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from megatron_overlay.demo import _init_megatron  # noqa: E402
 from megatron_overlay.utils.memory import PeakMemory  # noqa: E402
-
-
-def build(hidden: int, vocab: int, seq: int, seed: int, device):
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    torch.manual_seed(seed)
-    config = TransformerConfig(num_layers=2, hidden_size=hidden, num_attention_heads=4,
-                               use_cpu_initialization=True, hidden_dropout=0.0,
-                               attention_dropout=0.0, params_dtype=torch.float32)
-    return GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(),
-                    vocab_size=vocab, max_sequence_length=seq,
-                    share_embeddings_and_output_weights=True, parallel_output=True).to(device)
+from tools import gpt_setup  # noqa: E402
 
 
 def distill_step(teacher, student, batch, k: int, temperature: float) -> torch.Tensor:
@@ -79,15 +67,13 @@ def main() -> int:
     parser.add_argument("--temperature", type=float, default=1.0)
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    _init_megatron(device)
+    gpt_setup.init_distributed(0, 1, gpt_setup.free_port(), 1, device=device.type)
     seq, batch = args.tokens // 2, 2
-    teacher = build(256, args.vocab, seq, seed=1, device=device)
-    student = build(128, args.vocab, seq, seed=2, device=device)
-    gen = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(0, args.vocab, (batch, seq), generator=gen).to(device)
-    position_ids = torch.arange(seq, device=device).unsqueeze(0).expand(batch, -1)
-    mask = torch.triu(torch.ones(seq, seq, dtype=torch.bool, device=device), 1)[None, None]
-    data = (input_ids, position_ids, mask)
+    teacher_cfg = gpt_setup.ModelConfig(hidden=256, vocab=args.vocab, seq=seq, batch=batch)
+    student_cfg = gpt_setup.ModelConfig(hidden=128, vocab=args.vocab, seq=seq, batch=batch)
+    teacher = gpt_setup.build_model(teacher_cfg, seed=1, device=device.type)
+    student = gpt_setup.build_model(student_cfg, seed=2, device=device.type)
+    data = gpt_setup.batch(teacher_cfg, seed=0, device=device.type)[:3]  # ids, positions, mask
 
     results = {}
     for name, step in (("fused (no logits)", distill_step),
@@ -107,6 +93,7 @@ def main() -> int:
     print(f"peak extra memory: fused {f_mem / 2**20:.1f} MiB, materialized {r_mem / 2**20:.1f} MiB "
           f"(fused ran first; one logits tensor is "
           f"{batch * seq * args.vocab * 4 / 2**20:.0f} MiB in fp32)")
+    gpt_setup.shutdown()
     return 0
 
 

@@ -9,6 +9,8 @@ then reported by ``check_labels()`` / the next call (ops/label_check.py).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -165,16 +167,25 @@ def test_bad_token_ids_on_cuda_raise_later_without_a_sync():
     ids[3, 1] = V + 5
     label_check._pending.clear()
     h = hidden.detach().requires_grad_()
+    raised = []
     torch.cuda.set_sync_debug_mode("error")
     try:
         lp, _ = linear_logprobs_at(h, weight, ids, temperature=0.7)  # no raise, no sync
-        lp.nan_to_num().sum().backward()
+        try:  # the op's next call (README: "forward or backward") raises once the GPU has
+            lp.nan_to_num().sum().backward()  # run the check, still without a sync
+        except ValueError as err:
+            raised.append(str(err))
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.isnan(lp[3]).all() and not torch.isnan(lp[4]).any()
-    with pytest.raises(ValueError, match=rf"token_ids out of range .*got 1 outside it "
-                                         rf"\(smallest {V + 5}, largest {V + 5}, first at token 3"):
-        check_labels()
+    if not raised:  # the check had not finished by then: check_labels() waits for it
+        with pytest.raises(ValueError) as err:
+            check_labels()
+        raised.append(str(err.value))
+    check_labels()  # raised once, not again
+    assert len(raised) == 1
+    assert re.search(rf"token_ids out of range .*got 1 outside it "
+                     rf"\(smallest {V + 5}, largest {V + 5}, first at token 3", raised[0])
     with pytest.raises(ValueError, match=r"^token_ids out of range: ids must lie"):
         linear_logprobs_at(hidden, weight, ids, temperature=0.7, strict_ids=True)
     label_check._pending.clear()
