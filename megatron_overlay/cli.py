@@ -43,10 +43,41 @@ def _print_status(st: patching.Status) -> None:
         print(f"  {st.detail}")
 
 
+def _missing_dependencies() -> list[str]:
+    """megatron-overlay's declared run-time dependencies that are not installed (when it is
+    installed as a distribution; a source checkout on the path declares none)."""
+    import importlib.metadata
+    import re
+
+    try:
+        requires = importlib.metadata.requires("megatron-overlay") or []
+    except importlib.metadata.PackageNotFoundError:
+        return []
+    missing = []
+    for req in requires:
+        if "extra ==" in req:
+            continue
+        name = re.match(r"[A-Za-z0-9._-]+", req).group(0)
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
+
+
 def _cmd_status(args) -> int:
     st = patching.status(args.site)
-    print(st.to_json()) if args.json else _print_status(st)
-    return EXIT_OK if st.ready else EXIT_NOT_READY
+    missing = _missing_dependencies()
+    if args.json:
+        print(json.dumps({**json.loads(st.to_json()), "missing_dependencies": missing},
+                         indent=2))
+    else:
+        _print_status(st)
+        if missing:
+            print(f"  megatron-overlay's own dependencies are not installed: "
+                  f"{', '.join(missing)}; processors and the demo need them: pip install "
+                  f"{' '.join(missing)}")
+    return EXIT_OK if st.ready and not missing else EXIT_NOT_READY
 
 
 def _report_change(args, verb: str, before: patching.Status, after: patching.Status) -> None:

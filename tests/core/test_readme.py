@@ -49,6 +49,20 @@ def workdir(tmp_path_factory) -> Path:
     return dest
 
 
+@pytest.fixture()
+def venvs(tmp_path):
+    """Fresh venvs under tmp_path, removed after the test (each with torch is ~1.1 GiB and
+    CI's disk also holds the next leg)."""
+    made = []
+
+    def make(name: str, torch: bool) -> Path:
+        made.append(tmp_path / name)
+        return fresh_venv(made[-1], torch)
+    yield make
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def fresh_venv(path: Path, torch: bool) -> Path:
     venv.EnvBuilder(with_pip=True).create(path)
     if torch:
@@ -77,8 +91,8 @@ def site_of(env_dir: Path) -> Path:
 
 
 @needs_0131
-def test_the_cluster_route_then_the_pins_as_written(workdir, tmp_path):
-    env_dir = fresh_venv(tmp_path / "cluster", torch=True)
+def test_the_cluster_route_then_the_pins_as_written(workdir, venvs):
+    env_dir = venvs("cluster", torch=True)
     out = run_block("cluster", env_dir, workdir).stdout
     assert "patched (patch set 0.13.1+overlay.2)" in out
     st = patching.status(site_of(env_dir))
@@ -92,10 +106,10 @@ def test_the_cluster_route_then_the_pins_as_written(workdir, tmp_path):
 
 
 @needs_0131
-def test_the_require_hashes_line_installs_into_a_bare_environment(workdir, tmp_path):
+def test_the_require_hashes_line_installs_into_a_bare_environment(workdir, venvs):
     if not (workdir / "requirements.txt").exists():
         pytest.skip("needs the cluster route's wheelhouse (the test above)")
-    env_dir = fresh_venv(tmp_path / "hashes", torch=False)
+    env_dir = venvs("hashes", torch=False)
     line = next(line for line in BLOCKS["pins"].splitlines() if "--require-hashes" in line)
     run_block("pins", env_dir, workdir, body=line + "\n")
     st = patching.status(site_of(env_dir))
@@ -103,10 +117,10 @@ def test_the_require_hashes_line_installs_into_a_bare_environment(workdir, tmp_p
 
 
 @needs_0131
-def test_the_in_place_route_then_replacing_an_upstream_core(workdir, tmp_path):
+def test_the_in_place_route_then_replacing_an_upstream_core(workdir, venvs):
     if not (workdir / "wheelhouse").exists():
         pytest.skip("needs the cluster route's wheelhouse (the test above)")
-    env_dir = fresh_venv(tmp_path / "in-place", torch=True)
+    env_dir = venvs("in-place", torch=True)
     out = run_block("in-place", env_dir, workdir).stdout
     assert re.search(r"^patch: 2 file\(s\) changed", out, re.M), out
     assert "patched (patch set 0.13.1+overlay.2)" in out
@@ -130,3 +144,18 @@ def test_the_distillation_example_runs_at_a_small_size():
     assert fused == materialized
     rel = float(re.search(r"max relative difference (\S+)", proc.stdout).group(1))
     assert rel < 1e-5
+
+
+def test_status_names_the_overlays_missing_dependencies(workdir, venvs):
+    """`pip install --no-deps .` alone (the cluster route's first line): status says what
+    is missing and is not ready, instead of "names resolved" and a demo that cannot run."""
+    env_dir = venvs("bare", torch=False)
+    subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q",
+                    "--disable-pip-version-check", "--no-deps", str(workdir)], check=True)
+    proc = subprocess.run([str(env_dir / "bin" / "megatron-overlay"), "status"],
+                          capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = next(row for row in proc.stdout.splitlines() if "own dependencies" in row)
+    for name in ("torch", "packaging", "tqdm"):
+        assert name in line, line
