@@ -192,6 +192,18 @@ def patch_gpt_model(src: str, version: tuple[int, int]) -> str:
     return e.text
 
 
+# Lines the hybrid patch inserts (0.12-0.15) and the line it inserts after (0.18+).
+PACKED_SEQ_REFUSAL = (
+    '        if packed_seq_params is not None:\n'
+    '            raise ValueError(\n'
+    '                "packed_seq_params: MambaModel of this megatron-core release cannot "\n'
+    '                "pack sequences (its MambaStack takes no packed_seq_params; 0.16 "\n'
+    '                "added them); pass None, or upgrade megatron-core"\n'
+    '            )\n'
+)
+GRAPH_CHECK_DOC = '        Check if we should call the local cudagraph path.\n        """\n'
+
+
 def hybrid_class(version: tuple[int, int]) -> str:
     return "HybridModel" if version >= FIRST_HYBRID_MODEL else "MambaModel"
 
@@ -222,12 +234,7 @@ def patch_hybrid_model(src: str, version: tuple[int, int]) -> str:
         e.insert_after(
             "        inference_context = deprecate_inference_params(inference_context, "
             "inference_params)\n",
-            "        if packed_seq_params is not None:\n"
-            "            raise ValueError(\n"
-            "                \"packed_seq_params: MambaModel of this megatron-core release cannot \"\n"
-            "                \"pack sequences (its MambaStack takes no packed_seq_params; 0.16 \"\n"
-            "                \"added them); pass None, or upgrade megatron-core\"\n"
-            "            )\n")
+            PACKED_SEQ_REFUSAL)
     if missing:
         e.insert_after("        inference_params: Optional[BaseInferenceContext] = None,\n",
                        missing, start=e._find("    def forward(\n"))
@@ -242,7 +249,7 @@ def patch_hybrid_model(src: str, version: tuple[int, int]) -> str:
     if version >= FIRST_HYBRID_MODEL:
         # Block-scope inference CUDA graphs replay a whole forward recorded earlier, which
         # would drop the processor; GPTModel has no such path and runs it eagerly: so here.
-        e.insert_after("        Check if we should call the local cudagraph path.\n        \"\"\"\n",
+        e.insert_after(GRAPH_CHECK_DOC,
                        "        if kwargs.get('output_processor') is not None:\n"
                        "            return False  # megatron-overlay: processors run eagerly\n")
     return e.text

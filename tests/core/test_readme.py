@@ -13,6 +13,7 @@ install megatron-core with its dependencies get ``torch==2.13.0`` first.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -159,3 +160,14 @@ def test_status_names_the_overlays_missing_dependencies(workdir, venvs):
     line = next(row for row in proc.stdout.splitlines() if "own dependencies" in row)
     for name in ("torch", "packaging", "tqdm"):
         assert name in line, line
+
+
+def test_the_api_examples_run_as_written_on_a_real_gpt_model():
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="ignore")
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "support" / "readme_worker.py")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(results) == README.count("<!-- ci: api -->") >= 5
+    failed = [r for r in results if not r["ok"]]
+    assert not failed, failed
