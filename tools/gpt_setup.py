@@ -63,7 +63,8 @@ class ModelConfig:
 
     @property
     def name(self) -> str:
-        return ("hybrid-" if self.model == "hybrid" else "") + (f"tp{self.tp}-sp{int(self.sp)}-{'tied' if self.tied else 'untied'}"
+        return (("hybrid-" if self.model == "hybrid" else "")
+                + f"tp{self.tp}-sp{int(self.sp)}-{'tied' if self.tied else 'untied'}"
                 + (f"-pp{self.pp}" if self.pp > 1 else "")
                 + (f"-mtp{self.mtp_layers}" if self.mtp_layers else "")
                 + ("-mup" if self.mup else "") + ("-moe" if self.moe else ""))
