@@ -8,9 +8,9 @@ For each release, under the Python/torch environment of the release's family
   ``verify``-ed;
 - wheel: ``megatron-overlay wheel`` built from upstream's wheel, installed with
   ``pip install --no-deps --target`` into a fresh directory, ``verify``-ed, and the
-  contract tests (tests/core/test_hook_contract.py, test_patching.py, test_install.py:
-  real GPTModel, gloo, TP 1 and 2; patch/unpatch/refuse/kill on upstream's files) run with
-  that directory first on PYTHONPATH.
+  contract tests (tests/core/test_hook_contract.py, test_hybrid_hook.py, test_patching.py,
+  test_install.py: real GPTModel and hybrid model, gloo, TP 1 and 2; patch/unpatch/refuse/
+  kill on upstream's files) run with that directory first on PYTHONPATH.
 On both routes' trees, the hybrid model (MambaModel / HybridModel) runs
 ``tools/hybrid_check.py --device cpu``: ``output_processor="fused_logprob"`` by name against
 its logits path, values and every gradient (TP 1, tied and untied).
@@ -47,8 +47,8 @@ from megatron_overlay import patching  # noqa: E402
 
 OUT = REPO / "docs" / "COMPATIBILITY.md"
 RESULTS = REPO / "docs" / "compatibility.json"
-CONTRACT_TESTS = ["tests/core/test_hook_contract.py", "tests/core/test_patching.py",
-                  "tests/core/test_install.py"]
+CONTRACT_TESTS = ["tests/core/test_hook_contract.py", "tests/core/test_hybrid_hook.py",
+                  "tests/core/test_patching.py", "tests/core/test_install.py"]
 
 
 def family_env(release: str) -> str:
@@ -180,8 +180,8 @@ def write_markdown(rows: list[dict]) -> None:
         "upstream's wheel, installed with `pip install --no-deps --target` into a fresh "
         "directory and `verify`-ed, then the contract tests "
         f"({', '.join(f'`{t}`' for t in CONTRACT_TESTS)}) run against that installed core: "
-        "signatures as 0.18, "
-        "no-processor outputs and gradients bit-identical to upstream, a 0.18-style processor "
+        "signatures as 0.18 (GPTModel and the hybrid class), "
+        "no-processor outputs and gradients bit-identical to upstream (both classes), a 0.18-style processor "
         "reproducing the default exactly, kwargs by name and order, patch/unpatch/refuse/"
         "kill at every write, wheels, pip/uv installs. States: `patched` = hook back-ported; "
         "`native` = hook built in, overlay adds the name lookup only. On native releases one "
