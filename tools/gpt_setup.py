@@ -293,9 +293,7 @@ def hybrid_stack_spec(cfg: ModelConfig, config):
                                        mlp=moe.mlp, mlp_bda=moe.mlp_bda)))
     if cfg.mtp_layers:
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
-
         from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionBlock
-        from megatron.core.transformer.spec_utils import ModuleSpec
 
         mtp = get_gpt_mtp_block_spec(config, layer_spec(), use_transformer_engine=False)
         if not isinstance(mtp, ModuleSpec):  # some releases return the submodules alone
