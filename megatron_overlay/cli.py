@@ -69,7 +69,7 @@ def _cmd_status(args) -> int:
     st = patching.status(args.site)
     missing = _missing_dependencies()
     if args.json:
-        print(json.dumps({**json.loads(st.to_json()), "missing_dependencies": missing},
+        print(json.dumps({**st.to_dict(), "missing_dependencies": missing},
                          indent=2))
     else:
         _print_status(st)
@@ -80,13 +80,12 @@ def _cmd_status(args) -> int:
     return EXIT_OK if st.ready and not missing else EXIT_NOT_READY
 
 
-def _report_change(args, verb: str, before: patching.Status, after: patching.Status) -> None:
+def _report_change(args, verb: str, after: patching.Status) -> None:
     """What a writing command did: one line (or --json), then the state."""
-    changed = [f["path"] for f, was in zip(after.files, before.files)
-               if f["sha256"] != was["sha256"]]  # the same patch set's files, in order
+    changed = after.changed
     if args.json:
         print(json.dumps({"changed": bool(changed), "changed_files": changed,
-                          "status": json.loads(after.to_json())}, indent=2))
+                          "status": after.to_dict()}, indent=2))
         return
     print(f"{verb}: {len(changed)} file(s) changed ({', '.join(changed)})" if changed else
           f"{verb}: nothing to do, nothing changed")
@@ -94,15 +93,13 @@ def _report_change(args, verb: str, before: patching.Status, after: patching.Sta
 
 
 def _cmd_patch(args) -> int:
-    before = patching.status(args.site)
     st = patching.apply(args.site)
-    _report_change(args, "patch", before, st)
+    _report_change(args, "patch", st)
     return EXIT_OK if st.ready else EXIT_NOT_READY
 
 
 def _cmd_unpatch(args) -> int:
-    before = patching.status(args.site)
-    _report_change(args, "unpatch", before, patching.revert(args.site))
+    _report_change(args, "unpatch", patching.revert(args.site))
     return EXIT_OK
 
 
@@ -128,7 +125,7 @@ def _cmd_wheel(args) -> int:
 def _cmd_verify(args) -> int:
     ok, st, problems = patching.verify(args.site)
     if args.json:
-        print(json.dumps({"ok": ok, "problems": problems, "status": json.loads(st.to_json())},
+        print(json.dumps({"ok": ok, "problems": problems, "status": st.to_dict()},
                          indent=2))
         return EXIT_OK if ok else EXIT_NOT_READY
     _print_status(st)

@@ -66,9 +66,15 @@ class Status:
     site: str | None = None
     detail: str = ""
     files: list[dict] = field(default_factory=list)
+    # set by apply / revert: the files this very call rewrote (read under the writer's lock,
+    # so a concurrent run that did the work first leaves it empty)
+    changed: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
+        return json.dumps(self.to_dict(), indent=2)
 
     @property
     def ready(self) -> bool:
@@ -360,7 +366,14 @@ def apply(site: str | os.PathLike | None = None) -> Status:
             patch_set, core.release, core.release if labelled else core.version, "patch")
         transaction.replace_all(_with_record(core, changes), core.dist_info / JOURNAL)
         _refresh_bytecode(core, list(changes))
-        return _judge(locate(site))
+        return _changed(_judge(locate(site)), current)
+
+
+def _changed(after: Status, before: Status) -> Status:
+    """``after`` with ``changed``: the patch set's files whose hash this call changed."""
+    after.changed = [f["path"] for f, was in zip(after.files, before.files)
+                     if f["sha256"] != was["sha256"]]
+    return after
 
 
 def revert(site: str | os.PathLike | None = None) -> Status:
@@ -390,7 +403,7 @@ def revert(site: str | os.PathLike | None = None) -> Status:
         changes[marker_path] = None
         transaction.replace_all(_with_record(core, changes), core.dist_info / JOURNAL)
         _refresh_bytecode(core, list(changes))
-        return _judge(locate(site))
+        return _changed(_judge(locate(site)), current)
 
 
 def verify(site: str | os.PathLike | None = None) -> tuple[bool, Status, list[str]]:

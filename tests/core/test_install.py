@@ -322,6 +322,10 @@ def test_concurrent_patch_runs_wait_and_find_the_work_done(core_copy, tmp_path):
     for name, rc, out, err in results:
         assert "Traceback" not in err, err
         assert rc == 0 if name == "patch" else rc in (0, 1), (name, rc, out, err)
+    # exactly one run did the work and says so; the others found it done
+    said = [out.splitlines()[0] for name, _, out, _ in results if name == "patch"]
+    assert sum("file(s) changed" in line for line in said) == 1, said
+    assert said.count("patch: nothing to do, nothing changed") == 7, said
     ok, _, problems = patching.verify(core_copy)
     assert ok, problems
     assert tree_digest(core_copy) == tree_digest(expected)
