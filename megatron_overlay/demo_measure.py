@@ -17,13 +17,13 @@ Numbers meant to repeat from run to run on a shared machine:
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import time
 from dataclasses import dataclass, field
 
 import torch
 
+from . import model_builder
 from .utils.memory import PeakTensorMemory
 
 NUM_LAYERS = 2
@@ -40,34 +40,29 @@ class PathResult:
     entropy: torch.Tensor | None = None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _config(args) -> model_builder.ModelConfig:
+    """The demo's GPTModel: local spec, learned absolute positions, tied embeddings."""
+    return model_builder.ModelConfig(
+        vocab=args.vocab, hidden=args.hidden, layers=NUM_LAYERS, heads=NUM_HEADS,
+        seq=args.tokens // BATCH, batch=BATCH, position_embedding="learned_absolute",
+        max_positions=args.tokens)
 
 
 def _init_megatron(device: torch.device) -> bool:
     """Megatron's parallel state on a one-rank group; True when this call created the
     process group (then ``_teardown`` destroys it: NCCL warns at exit otherwise)."""
     import torch.distributed as dist
-    from megatron.core import parallel_state, tensor_parallel
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))  # two demos at once: no clash
+    # two demos at once: no clash
+    os.environ.setdefault("MASTER_PORT", str(model_builder.free_port()))
     created = not dist.is_initialized()
     if created:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0,
                                 world_size=1)
-    parallel_state.initialize_model_parallel(1, 1)
-    if device.type == "cuda":
-        tensor_parallel.model_parallel_cuda_manual_seed(1234)
-    else:
-        # Running megatron on a CPU-only machine, in this demo process only (the overlay's
-        # library code never does this): megatron allocates scratch buffers on
-        # torch.cuda.current_device(), and CUDA RNG states don't exist here, so the
-        # inference RNG tracker (whose fork is a no-op) stands in.
-        torch.cuda.current_device = lambda: "cpu"
-        tensor_parallel.random.initialize_rng_tracker(inference_rng_tracker=True)
+    if device.type != "cuda":
+        model_builder.apply_cpu_shims()  # megatron on a CPU-only machine, in this process
+    model_builder.init_model_parallel(1)
     return created
 
 
@@ -80,22 +75,6 @@ def _teardown(created_group: bool) -> None:
         dist.destroy_process_group()
 
 
-def _build(args, device: torch.device):
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    torch.manual_seed(1234)
-    config = TransformerConfig(
-        num_layers=NUM_LAYERS, hidden_size=args.hidden, num_attention_heads=NUM_HEADS,
-        use_cpu_initialization=True, hidden_dropout=0.0, attention_dropout=0.0,
-        params_dtype=torch.float32)
-    model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(),
-                     vocab_size=args.vocab, max_sequence_length=args.tokens,
-                     share_embeddings_and_output_weights=True, parallel_output=True)
-    return model.to(device)
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -104,26 +83,23 @@ def _sync(device: torch.device) -> None:
 def measure(args, progress) -> tuple[dict[str, PathResult], torch.device]:
     """Run both paths; ``progress()`` is called once per finished step."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    seq = args.tokens // BATCH
     created_group = _init_megatron(device)
     try:
-        return _measure(args, progress, device, seq)
+        return _measure(args, progress, device)
     finally:
         _teardown(created_group)
 
 
-def _measure(args, progress, device: torch.device, seq: int):
+def _measure(args, progress, device: torch.device):
     from . import require_output_processor
 
-    model = _build(args, device)
+    cfg = _config(args)
+    model = model_builder.build_model(cfg, seed=1234, device=device.type)
     require_output_processor(model, processor="fused_logprob")  # the fix, before any work
     progress()
 
-    gen = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(0, args.vocab, (BATCH, seq), generator=gen).to(device)
-    labels = torch.randint(0, args.vocab, (BATCH, seq), generator=gen).to(device)
-    position_ids = torch.arange(seq, device=device).unsqueeze(0).expand(BATCH, -1)
-    mask = torch.triu(torch.ones(seq, seq, dtype=torch.bool, device=device), 1)[None, None]
+    input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg, seed=0,
+                                                                   device=device.type)
     temperature = args.temperature
 
     def fused_step():

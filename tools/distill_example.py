@@ -10,7 +10,7 @@ the forward KL restricted to the teacher's top-k,
 averaged over tokens, and backward reaches every student parameter. The same step through
 the materialized logits checks the loss and the student's gradients. Runs on the GPU when
 there is one, else on the CPU (megatron-core's own GPTModel, local layer spec, built by
-tools/gpt_setup.py), in an environment with megatron-core and the overlay, e.g. the one
+megatron_overlay/model_builder.py), in an environment with megatron-core and the overlay, e.g. the one
 `make demo` sets up:
 
     .venv/core-0.13.1/bin/python tools/distill_example.py [--k 8] [--tokens 1024] [--vocab 32000]
@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from megatron_overlay.utils.memory import PeakMemory  # noqa: E402
-from tools import gpt_setup  # noqa: E402
+from megatron_overlay import model_builder  # noqa: E402
 
 
 def distill_step(teacher, student, batch, k: int, temperature: float) -> torch.Tensor:
@@ -67,13 +67,13 @@ def main() -> int:
     parser.add_argument("--temperature", type=float, default=1.0)
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    gpt_setup.init_distributed(0, 1, gpt_setup.free_port(), 1, device=device.type)
+    model_builder.init_distributed(0, 1, model_builder.free_port(), 1, device=device.type)
     seq, batch = args.tokens // 2, 2
-    teacher_cfg = gpt_setup.ModelConfig(hidden=256, vocab=args.vocab, seq=seq, batch=batch)
-    student_cfg = gpt_setup.ModelConfig(hidden=128, vocab=args.vocab, seq=seq, batch=batch)
-    teacher = gpt_setup.build_model(teacher_cfg, seed=1, device=device.type)
-    student = gpt_setup.build_model(student_cfg, seed=2, device=device.type)
-    data = gpt_setup.batch(teacher_cfg, seed=0, device=device.type)[:3]  # ids, positions, mask
+    teacher_cfg = model_builder.ModelConfig(hidden=256, vocab=args.vocab, seq=seq, batch=batch)
+    student_cfg = model_builder.ModelConfig(hidden=128, vocab=args.vocab, seq=seq, batch=batch)
+    teacher = model_builder.build_model(teacher_cfg, seed=1, device=device.type)
+    student = model_builder.build_model(student_cfg, seed=2, device=device.type)
+    data = model_builder.batch(teacher_cfg, seed=0, device=device.type)[:3]  # ids, positions, mask
 
     results = {}
     for name, step in (("fused (no logits)", distill_step),
@@ -93,7 +93,7 @@ def main() -> int:
     print(f"peak extra memory: fused {f_mem / 2**20:.1f} MiB, materialized {r_mem / 2**20:.1f} MiB "
           f"(fused ran first; one logits tensor is "
           f"{batch * seq * args.vocab * 4 / 2**20:.0f} MiB in fp32)")
-    gpt_setup.shutdown()
+    model_builder.shutdown()
     return 0
 
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """``fused_logprob`` on megatron's hybrid model against its logits path, on one device.
 
-A hybrid model (MambaModel / HybridModel; attention and MLP layers, see tools/gpt_setup.py)
+A hybrid model (MambaModel / HybridModel; attention and MLP layers, see megatron_overlay/model_builder.py)
 on the installed, patched core; forward with ``output_processor="fused_logprob"`` by name
 (temperature 0.7) and with a reference processor that materializes the logits through the
-output layer (``gpt_setup.logits_path_logprob``), each followed by backward of the same
+output layer (``model_builder.logits_path_logprob``), each followed by backward of the same
 random combination of log-probs and entropy: max abs differences of log-probs, entropy and
 every parameter gradient (relative to its largest entry), and on CUDA the median time and
 peak extra memory of each path's forward+backward. In bf16 both are also compared with an
@@ -27,15 +27,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tools import gpt_setup  # noqa: E402
+from megatron_overlay import model_builder  # noqa: E402
 
 TEMPERATURE = 0.7
 
 
-def model_config(device: str, tied: bool) -> gpt_setup.ModelConfig:
+def model_config(device: str, tied: bool) -> model_builder.ModelConfig:
     if device == "cpu":
-        return gpt_setup.ModelConfig(model="hybrid", tied=tied)
-    return gpt_setup.ModelConfig(model="hybrid", tied=tied, vocab=151936, hidden=2048,
+        return model_builder.ModelConfig(model="hybrid", tied=tied)
+    return model_builder.ModelConfig(model="hybrid", tied=tied, vocab=151936, hidden=2048,
                                  layers=2, heads=16, seq=2048, batch=4, dtype=torch.bfloat16)
 
 
@@ -50,11 +50,11 @@ def fp32_head_logprob(*, hidden_states, output_layer, output_weight, labels, con
 
 
 def run(model, cfg, processor, coeffs, device):
-    input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg, device=device)
+    input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg, device=device)
     out = model(input_ids, position_ids, mask, labels=labels, output_processor=processor,
                 output_processor_context={"temperature": TEMPERATURE})
     ((out["log_probs"] * coeffs[0]).sum() + (out["entropy"] * coeffs[1]).sum()).backward()
-    grads = {k: g.float() for k, g in gpt_setup.grads(model).items()}
+    grads = {k: g.float() for k, g in model_builder.grads(model).items()}
     model.zero_grad(set_to_none=True)
     return out["log_probs"].detach().float(), out["entropy"].detach().float(), grads
 
@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/hybrid_check"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    gpt_setup.init_distributed(0, 1, gpt_setup.free_port(), 1, device=args.device)
+    model_builder.init_distributed(0, 1, model_builder.free_port(), 1, device=args.device)
     from importlib.metadata import version
 
     report = {"device": args.device, "megatron_core": version("megatron-core"),
@@ -101,12 +101,12 @@ def main() -> None:
         report["gpu"] = torch.cuda.get_device_name(0)
     for tied in (True, False):
         cfg = model_config(args.device, tied)
-        model = gpt_setup.build_model(cfg, device=args.device)
+        model = model_builder.build_model(cfg, device=args.device)
         gen = torch.Generator().manual_seed(7)
         coeffs = [torch.randn(cfg.batch, cfg.seq, generator=gen).to(args.device)
                   for _ in range(2)]
         fused = run(model, cfg, "fused_logprob", coeffs, args.device)
-        ref = run(model, cfg, gpt_setup.logits_path_logprob, coeffs, args.device)
+        ref = run(model, cfg, model_builder.logits_path_logprob, coeffs, args.device)
         row = {"class": type(model).__name__, "tokens": cfg.batch * cfg.seq,
                "vocab": cfg.vocab, "hidden": cfg.hidden, "dtype": str(cfg.dtype),
                **differences(fused, ref), "n_grads": len(ref[2])}
@@ -116,11 +116,11 @@ def main() -> None:
                                    "logits_path": differences(ref, fp32)}
         if args.device == "cuda":
             row["fused"] = timed(model, cfg, "fused_logprob", coeffs, args.device)
-            row["logits_path"] = timed(model, cfg, gpt_setup.logits_path_logprob, coeffs,
+            row["logits_path"] = timed(model, cfg, model_builder.logits_path_logprob, coeffs,
                                        args.device)
         report["configs"]["tied" if tied else "untied"] = row
         del model
-    gpt_setup.shutdown()
+    model_builder.shutdown()
     print(json.dumps(report, indent=1))
     (args.out / "hybrid_check.json").write_text(json.dumps(report, indent=1) + "\n")
 

@@ -39,12 +39,12 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tools import gpt_setup  # noqa: E402
+from megatron_overlay import model_builder  # noqa: E402
 
 TEMPERATURE = 0.7
 MICROBATCHES = 3
 PROCESSORS = [None, "fused_ce_loss", "fused_logprob"]
-CFG = gpt_setup.ModelConfig(vocab=4096, hidden=256, layers=2, heads=4, seq=256, batch=2,
+CFG = model_builder.ModelConfig(vocab=4096, hidden=256, layers=2, heads=4, seq=256, batch=2,
                             dtype=torch.bfloat16, tied=False)
 MOE = dict(num_moe_experts=4, moe_router_topk=2, moe_token_dispatcher_type="alltoall",
            expert_model_parallel_size=2, add_bias_linear=False, moe_aux_loss_coeff=0.0,
@@ -69,8 +69,8 @@ def define_missing_te_names() -> list[str]:
 
 
 def build(overlap: bool):
-    spec = gpt_setup.layer_spec(num_experts=MOE["num_moe_experts"], moe_grouped_gemm=False)
-    return gpt_setup.build_model(CFG, device="cuda", spec=spec,
+    spec = model_builder.layer_spec(num_experts=MOE["num_moe_experts"], moe_grouped_gemm=False)
+    return model_builder.build_model(CFG, device="cuda", spec=spec,
                                  overlap_moe_expert_parallel_comm=overlap, **MOE)
 
 
@@ -113,7 +113,7 @@ def run_path(model, processor, plan: bool, microbatches) -> dict:
                      micro_batch_size=CFG.batch, forward_only=False)
     torch.cuda.synchronize()
     return {"outputs": seen, "grads": {k: g.float().cpu() for k, g in
-                                       gpt_setup.grads(model).items()}}
+                                       model_builder.grads(model).items()}}
 
 
 def compare(plain: dict, plan: dict) -> dict:
@@ -128,12 +128,12 @@ def compare(plain: dict, plan: dict) -> dict:
 
 def worker(rank: int, port: int, out: str, te_names: bool) -> None:
     defined = define_missing_te_names() if te_names else []
-    gpt_setup.init_distributed(rank, 2, port, 1, device="cuda", ep=2)
+    model_builder.init_distributed(rank, 2, port, 1, device="cuda", ep=2)
     plain_model, plan_model = build(False), build(True)
     plan_model.load_state_dict(plain_model.state_dict())
     microbatches = []
     for m in range(MICROBATCHES):
-        inputs = gpt_setup.batch(CFG, seed=100 + m, device="cuda")
+        inputs = model_builder.batch(CFG, seed=100 + m, device="cuda")
         gen = torch.Generator().manual_seed(200 + m)
         microbatches.append((inputs, torch.randn(CFG.batch, CFG.seq, generator=gen).cuda()))
     report = {}
@@ -158,7 +158,7 @@ def worker(rank: int, port: int, out: str, te_names: bool) -> None:
              "gpu": torch.cuda.get_device_name(0), "te_names_defined_as_none": defined,
              "processors": report}, indent=1) + "\n")
     dist.barrier()
-    gpt_setup.shutdown()
+    model_builder.shutdown()
 
 
 def main() -> None:
@@ -172,7 +172,7 @@ def main() -> None:
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     if torch.cuda.device_count() < 2:
         raise SystemExit(f"needs 2 CUDA GPUs, found {torch.cuda.device_count()}")
-    mp.spawn(worker, args=(gpt_setup.free_port(), str(args.out), args.define_missing_te_names),
+    mp.spawn(worker, args=(model_builder.free_port(), str(args.out), args.define_missing_te_names),
              nprocs=2, join=True)
     report = json.loads((args.out / "schedule_plan.json").read_text())
     for name, row in report["processors"].items():

@@ -30,26 +30,26 @@ import torch.multiprocessing as mp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tools import gpt_setup  # noqa: E402
+from megatron_overlay import model_builder  # noqa: E402
 
 TEMPERATURE = 0.7
 
 
-def model_config(tp: int, sp: bool, tied: bool, device: str) -> gpt_setup.ModelConfig:
+def model_config(tp: int, sp: bool, tied: bool, device: str) -> model_builder.ModelConfig:
     if device == "cpu":
-        return gpt_setup.ModelConfig(tp=tp, sp=sp, tied=tied)
-    return gpt_setup.ModelConfig(tp=tp, sp=sp, tied=tied, vocab=32000, hidden=1024, layers=2,
+        return model_builder.ModelConfig(tp=tp, sp=sp, tied=tied)
+    return model_builder.ModelConfig(tp=tp, sp=sp, tied=tied, vocab=32000, hidden=1024, layers=2,
                                heads=8, seq=1024, batch=4, dtype=torch.bfloat16)
 
 
 def run_model(rank: int, world: int, port: int, device: str, out: str) -> None:
-    gpt_setup.init_distributed(rank, world, port, world, device=device)
+    model_builder.init_distributed(rank, world, port, world, device=device)
     results = {}
     for sp in ([False, True] if world > 1 else [False]):
         for tied in (True, False):
             cfg = model_config(world, sp, tied, device)
-            model = gpt_setup.build_model(cfg, device=device)
-            input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg, device=device)
+            model = model_builder.build_model(cfg, device=device)
+            input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg, device=device)
             gen = torch.Generator().manual_seed(7)
             c1 = torch.randn(cfg.batch, cfg.seq, generator=gen).to(device)
             c2 = torch.randn(cfg.batch, cfg.seq, generator=gen).to(device)
@@ -57,13 +57,13 @@ def run_model(rank: int, world: int, port: int, device: str, out: str) -> None:
                         output_processor="fused_logprob",
                         output_processor_context={"temperature": TEMPERATURE})
             ((res.log_probs * c1).sum() + (res.entropy * c2).sum()).backward()
-            gpt_setup.finalize_grads(model)
+            model_builder.finalize_grads(model)
             results[f"sp{int(sp)}-{'tied' if tied else 'untied'}"] = {
                 "log_probs": res.log_probs.detach().cpu(), "entropy": res.entropy.detach().cpu(),
-                "grads": gpt_setup.gathered_grads(model)}
+                "grads": model_builder.gathered_grads(model)}
     if rank == 0:
         torch.save(results, os.path.join(out, f"model-tp{world}.pt"))
-    gpt_setup.shutdown()
+    model_builder.shutdown()
 
 
 def time_op(rank: int, world: int, port: int, out: str, shape=(16384, 3584, 152064)) -> None:
@@ -147,7 +147,7 @@ def main() -> None:
     if args.device == "cuda" and gpus < 2:
         raise SystemExit(f"--device cuda needs 2 GPUs, found {gpus}")
     for world in (1, 2):
-        mp.spawn(run_model, args=(world, gpt_setup.free_port(), args.device, str(args.out)),
+        mp.spawn(run_model, args=(world, model_builder.free_port(), args.device, str(args.out)),
                  nprocs=world, join=True)
     from importlib.metadata import version
 
@@ -157,7 +157,7 @@ def main() -> None:
         report["gpu"] = torch.cuda.get_device_name(0)
     if args.device == "cuda" and not args.no_op_timing:
         for world in (1, 2):
-            mp.spawn(time_op, args=(world, gpt_setup.free_port(), str(args.out)), nprocs=world,
+            mp.spawn(time_op, args=(world, model_builder.free_port(), str(args.out)), nprocs=world,
                      join=True)
         op1, op2 = (torch.load(args.out / f"op-tp{w}.pt", weights_only=False) for w in (1, 2))
         report["op"] = {"tp1": op1["row"], "tp2": op2["row"],

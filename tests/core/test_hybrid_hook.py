@@ -25,7 +25,7 @@ HOOK = ["output_processor", "output_processor_context"]
 
 
 def _hybrid_class():
-    from tools.gpt_setup import hybrid_model_class
+    from megatron_overlay.model_builder import hybrid_model_class
 
     return hybrid_model_class()
 

@@ -84,7 +84,7 @@ def _tp_worker(rank, port, result):
 def test_tp2_same_bits_whatever_n_and_position():
     import torch.multiprocessing as mp
 
-    from tools.gpt_setup import free_port
+    from megatron_overlay.model_builder import free_port
 
     manager = mp.Manager()
     result = manager.dict()

@@ -125,18 +125,18 @@ def test_bad_labels_on_cuda_raise_later_naming_them():
 def test_fused_logprob_in_gptmodel_forward_capture():
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
     from megatron_overlay.processors.fused_logprob import fused_logprob
-    from tools import gpt_setup
+    from megatron_overlay import model_builder
 
-    cfg = gpt_setup.ModelConfig(vocab=8192, hidden=256, layers=2, heads=4, seq=256, batch=2,
+    cfg = model_builder.ModelConfig(vocab=8192, hidden=256, layers=2, heads=4, seq=256, batch=2,
                               dtype=torch.bfloat16)
-    gpt_setup.init_distributed(0, 1, gpt_setup.free_port(), 1, device="cuda")
+    model_builder.init_distributed(0, 1, model_builder.free_port(), 1, device="cuda")
     try:
         # Built on the CPU (megatron's inference RNG tracker: fork is a no-op), then moved:
         # megatron's CUDA RNG tracker forks with set_state, which graph capture refuses
         # (megatron's own CUDA graphs swap in a graph-safe tracker); not the op's concern.
-        model = gpt_setup.build_model(cfg).cuda().eval()  # bf16 throughout
+        model = model_builder.build_model(cfg).cuda().eval()  # bf16 throughout
         input_ids, position_ids, mask, labels, _ = (
-            t.cuda() for t in gpt_setup.batch(cfg))
+            t.cuda() for t in model_builder.batch(cfg))
         context = {"temperature": 0.7}
 
         def forward():
@@ -155,7 +155,7 @@ def test_fused_logprob_in_gptmodel_forward_capture():
             ref_lp, ref_ent = forward()
             assert torch.equal(lp, ref_lp) and torch.equal(ent, ref_ent)
     finally:
-        gpt_setup.shutdown()
+        model_builder.shutdown()
 
 
 def test_bad_token_ids_on_cuda_raise_later_without_a_sync():

@@ -27,7 +27,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tests.support import gpt_cpu  # noqa: E402
-from tools import gpt_setup  # noqa: E402
+from megatron_overlay import model_builder  # noqa: E402
 
 K_TOP = 5
 K_AT = 7
@@ -81,7 +81,7 @@ def _kept(kind: str, out, fused: bool) -> dict:
     return kept
 
 
-def contexts(cfg: gpt_setup.ModelConfig) -> dict:
+def contexts(cfg: model_builder.ModelConfig) -> dict:
     gen = torch.Generator().manual_seed(5)
     per_token = 0.5 + torch.rand(cfg.batch, cfg.seq, generator=gen)
     per_sample = torch.tensor([0.6, 1.4])[:cfg.batch]
@@ -94,9 +94,9 @@ def contexts(cfg: gpt_setup.ModelConfig) -> dict:
     }
 
 
-def run_config(cfg: gpt_setup.ModelConfig, results: dict) -> None:
-    model = gpt_setup.build_model(cfg)
-    input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
+def run_config(cfg: model_builder.ModelConfig, results: dict) -> None:
+    model = model_builder.build_model(cfg)
+    input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg)
     gen = torch.Generator().manual_seed(7)
     coeffs = {"topk": torch.randn(cfg.batch, cfg.seq, K_TOP, generator=gen),
               "at": torch.randn(cfg.batch, cfg.seq, K_AT, generator=gen),
@@ -109,9 +109,9 @@ def run_config(cfg: gpt_setup.ModelConfig, results: dict) -> None:
             out = model(input_ids, position_ids, mask, labels=labels,
                         output_processor=processor, output_processor_context=ctx)
             _loss(kind, out, coeffs).backward()
-            gpt_setup.finalize_grads(model)
+            model_builder.finalize_grads(model)
             results[f"{cfg.name}/{kind}/{side}"] = dict(_kept(kind, out, side == "fused"),
-                                                        grads=gpt_setup.grads(model))
+                                                        grads=model_builder.grads(model))
             model.zero_grad(set_to_none=True)
     # fused_ce_loss with a per-sample temperature: -log p(label) at T_b
     per_sample = torch.tensor([0.6, 1.4])[:cfg.batch]
@@ -189,9 +189,9 @@ def ties_across_shards() -> dict:
     return {"ids": out.topk_ids, "log_probs": out.topk_log_probs, "tp": tp}
 
 
-def collect_errors(cfg: gpt_setup.ModelConfig) -> dict:
-    model = gpt_setup.build_model(cfg)
-    input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
+def collect_errors(cfg: model_builder.ModelConfig) -> dict:
+    model = model_builder.build_model(cfg)
+    input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg)
     b, s, v = cfg.batch, cfg.seq, cfg.vocab
     ids = torch.randint(0, v, (b, s, 3))
     topk, at = "fused_topk_logprobs", "fused_logprobs_at"
@@ -229,14 +229,14 @@ def collect_errors(cfg: gpt_setup.ModelConfig) -> dict:
 
 
 def worker(rank: int, world: int, port: int, out: str) -> None:
-    gpt_setup.init_distributed(rank, world, port, world)
+    model_builder.init_distributed(rank, world, port, world)
     results: dict = {}
     for cfg in gpt_cpu.configs(world):
         run_config(cfg, results)
     results["ties"] = ties_across_shards()
-    results["errors"] = collect_errors(gpt_setup.ModelConfig(tp=world))
+    results["errors"] = collect_errors(model_builder.ModelConfig(tp=world))
     torch.save(results, os.path.join(out, f"rank{rank}.pt"))
-    gpt_setup.shutdown()
+    model_builder.shutdown()
 
 
 def main() -> None:
@@ -244,7 +244,7 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    mp.spawn(worker, args=(args.tp, gpt_setup.free_port(), args.out), nprocs=args.tp, join=True)
+    mp.spawn(worker, args=(args.tp, model_builder.free_port(), args.out), nprocs=args.tp, join=True)
 
 
 if __name__ == "__main__":

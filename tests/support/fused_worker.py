@@ -23,20 +23,20 @@ import torch.multiprocessing as mp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tests.support import gpt_cpu  # noqa: E402
-from tools import gpt_setup  # noqa: E402
+from megatron_overlay import model_builder  # noqa: E402
 
 TEMPERATURE = 0.7
 
 
 def step(model, cfg, processor, context, coeffs):
-    input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
+    input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg)
     out = model(input_ids, position_ids, mask, labels=labels, output_processor=processor,
                 output_processor_context=context)
     loss = (out["log_probs"] * coeffs[0]).sum() + (out["entropy"] * coeffs[1]).sum()
     loss.backward()
-    gpt_setup.finalize_grads(model)
+    model_builder.finalize_grads(model)
     result = {"log_probs": out["log_probs"].detach().clone(),
-              "entropy": out["entropy"].detach().clone(), "grads": gpt_setup.grads(model)}
+              "entropy": out["entropy"].detach().clone(), "grads": model_builder.grads(model)}
     model.zero_grad(set_to_none=True)
     return result
 
@@ -75,7 +75,7 @@ def packed_case(model, cfg) -> dict:
         config=model.config)
     out = {}
     for name, fn in (("fused", processor("fused_logprob", True)),
-                     ("reference", gpt_setup.logits_path_logprob)):
+                     ("reference", model_builder.logits_path_logprob)):
         hidden = shard.clone().requires_grad_()
         res = fn(hidden_states=hidden, **common)
         (res["log_probs"].sum() * 0.3 + res["entropy"].sum() * 0.7).backward()
@@ -84,18 +84,18 @@ def packed_case(model, cfg) -> dict:
     return out
 
 
-def run_config(cfg: gpt_setup.ModelConfig, results: dict, by_callable: bool = False) -> None:
-    model = gpt_setup.build_model(cfg)
+def run_config(cfg: model_builder.ModelConfig, results: dict, by_callable: bool = False) -> None:
+    model = model_builder.build_model(cfg)
     gen = torch.Generator().manual_seed(7)
     coeffs = (torch.randn(cfg.batch, cfg.seq, generator=gen),
               torch.randn(cfg.batch, cfg.seq, generator=gen))
     context = {"temperature": TEMPERATURE}
     results[f"{cfg.name}/fused"] = step(model, cfg, processor("fused_logprob", by_callable),
                                         context, coeffs)
-    results[f"{cfg.name}/reference"] = step(model, cfg, gpt_setup.logits_path_logprob, context,
+    results[f"{cfg.name}/reference"] = step(model, cfg, model_builder.logits_path_logprob, context,
                                             coeffs)
 
-    input_ids, position_ids, mask, labels, loss_mask = gpt_setup.batch(cfg)
+    input_ids, position_ids, mask, labels, loss_mask = model_builder.batch(cfg)
     loss_mask[:, :3] = 0
     with torch.no_grad():
         default_loss = model(input_ids, position_ids, mask, labels=labels)
@@ -113,9 +113,9 @@ def run_config(cfg: gpt_setup.ModelConfig, results: dict, by_callable: bool = Fa
         if cfg.mup else None
 
 
-def collect_errors(cfg: gpt_setup.ModelConfig) -> dict:
-    model = gpt_setup.build_model(cfg)
-    input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
+def collect_errors(cfg: model_builder.ModelConfig) -> dict:
+    model = model_builder.build_model(cfg)
+    input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg)
     cases = {
         "no_labels": dict(labels=None, ctx={"temperature": 1.0}),
         "zero_temperature": dict(labels=labels, ctx={"temperature": 0.0}),
@@ -141,15 +141,15 @@ def collect_errors(cfg: gpt_setup.ModelConfig) -> dict:
 
 
 def worker(rank: int, world: int, port: int, out: str, by_callable: bool) -> None:
-    gpt_setup.init_distributed(rank, world, port, world)
+    model_builder.init_distributed(rank, world, port, world)
     results: dict = {}
     # callables are for an upstream native core, whose hybrid model has no hook at all
     for cfg in gpt_cpu.gpt_configs(world) if by_callable else gpt_cpu.configs(world):
         run_config(cfg, results, by_callable)
     if not by_callable:
-        results["errors"] = collect_errors(gpt_setup.ModelConfig(tp=world))
+        results["errors"] = collect_errors(model_builder.ModelConfig(tp=world))
     torch.save(results, os.path.join(out, f"rank{rank}.pt"))
-    gpt_setup.shutdown()
+    model_builder.shutdown()
 
 
 def main() -> None:
@@ -158,7 +158,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--mode", choices=["by-name", "callable"], default="by-name")
     args = parser.parse_args()
-    mp.spawn(worker, args=(args.tp, gpt_setup.free_port(), args.out, args.mode == "callable"),
+    mp.spawn(worker, args=(args.tp, model_builder.free_port(), args.out, args.mode == "callable"),
              nprocs=args.tp, join=True)
 
 

@@ -1,12 +1,12 @@
 """The configurations the CPU equivalence tests run (gloo, TP 1 and 2).
 
-Model building, parallel init and the CPU shims live in ``tools/gpt_setup.py``, shared with
-tools/tp_check.py (tools never import tests).
+Model building, parallel init and the CPU shims live in ``megatron_overlay/model_builder.py``,
+shared with the demo and the tools (tools never import tests).
 """
 
 from __future__ import annotations
 
-from tools.gpt_setup import ModelConfig
+from megatron_overlay.model_builder import ModelConfig
 
 
 def configs(tp: int) -> list[ModelConfig]:
@@ -44,7 +44,7 @@ def _moe_runs_without_te() -> bool:
 
 
 def hybrid_configs(tp: int) -> list[ModelConfig]:
-    from tools.gpt_setup import hybrid_layer_symbols
+    from megatron_overlay.model_builder import hybrid_layer_symbols
 
     symbols = hybrid_layer_symbols()
     out = _base(tp, model="hybrid")

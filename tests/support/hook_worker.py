@@ -24,13 +24,13 @@ import torch.multiprocessing as mp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from tests.support import gpt_cpu  # noqa: E402
-from tools import gpt_setup  # noqa: E402
+from megatron_overlay import model_builder  # noqa: E402
 from tests.support.processors_018 import recording_processor  # noqa: E402
 
 
-def run_config(cfg: gpt_setup.ModelConfig, mode: str, results: dict) -> None:
-    model = gpt_setup.build_model(cfg)
-    input_ids, position_ids, mask, labels, loss_mask = gpt_setup.batch(cfg)
+def run_config(cfg: model_builder.ModelConfig, mode: str, results: dict) -> None:
+    model = model_builder.build_model(cfg)
+    input_ids, position_ids, mask, labels, loss_mask = model_builder.batch(cfg)
     context = {"calls": [], "marker": object()}
     hook = {}
     if mode == "redo":
@@ -43,9 +43,9 @@ def run_config(cfg: gpt_setup.ModelConfig, mode: str, results: dict) -> None:
     loss = model(input_ids, position_ids, mask, labels=labels,
                  **({"loss_mask": loss_mask} if takes_loss_mask else {}), **hook)
     (loss * loss_mask).sum().backward()
-    gpt_setup.finalize_grads(model)
+    model_builder.finalize_grads(model)
     results[f"{cfg.name}/loss"] = loss.detach().clone()
-    for name, grad in gpt_setup.grads(model).items():
+    for name, grad in model_builder.grads(model).items():
         results[f"{cfg.name}/grad/{name}"] = grad
     model.zero_grad(set_to_none=True)
     calls = 1
@@ -66,7 +66,7 @@ def run_config(cfg: gpt_setup.ModelConfig, mode: str, results: dict) -> None:
 
 
 def worker(rank: int, world: int, port: int, mode: str, out: str) -> None:
-    gpt_setup.init_distributed(rank, world, port, world)
+    model_builder.init_distributed(rank, world, port, world)
     if mode == "redo-by-name":
         from megatron_overlay.processors import register
         from tests.support.processors_018 import recording_processor as proc
@@ -76,7 +76,7 @@ def worker(rank: int, world: int, port: int, mode: str, out: str) -> None:
     for cfg in gpt_cpu.configs(world):
         run_config(cfg, mode, results)
     torch.save(results, os.path.join(out, f"rank{rank}.pt"))
-    gpt_setup.shutdown()
+    model_builder.shutdown()
 
 
 def main() -> None:
@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--mode", choices=["none", "redo", "redo-by-name"], default="none")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    port = gpt_setup.free_port()
+    port = model_builder.free_port()
     mp.spawn(worker, args=(args.tp, port, args.mode, args.out), nprocs=args.tp, join=True)
 
 

@@ -27,7 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tools import gpt_setup  # noqa: E402
+from megatron_overlay import model_builder  # noqa: E402
 
 
 def _outcome(call):
@@ -51,7 +51,7 @@ def detect(model, cfg) -> dict:
     hooked = "output_processor" in params and "output_processor_context" in params
     out = {"hooked": hooked}
     if hooked:
-        input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
+        input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg)
         result = model(input_ids, position_ids, mask, labels=labels,
                        output_processor="fused_logprob",
                        output_processor_context={"temperature": 0.7})
@@ -63,7 +63,7 @@ def detect(model, cfg) -> dict:
 def packed(model, cfg) -> list:
     from megatron.core.packed_seq_params import PackedSeqParams
 
-    input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
+    input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg)
     params = PackedSeqParams(qkv_format="thd")
     calls = []
 
@@ -79,7 +79,7 @@ def inference(model, cfg) -> list:
     from megatron.core.inference.contexts import StaticInferenceContext
     from megatron.core.inference.utils import InferenceMode
 
-    input_ids, position_ids, mask, _, _ = gpt_setup.batch(cfg)
+    input_ids, position_ids, mask, _, _ = model_builder.batch(cfg)
     context = StaticInferenceContext(cfg.batch, cfg.seq)
     calls = []
 
@@ -95,9 +95,9 @@ def inference(model, cfg) -> list:
 
 def no_output_layer(kind: str) -> dict:
     """What a chunk without the output layer returns when given a processor."""
-    cfg = gpt_setup.ModelConfig(model=kind, output_layer=False)
-    model = gpt_setup.build_model(cfg)
-    input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
+    cfg = model_builder.ModelConfig(model=kind, output_layer=False)
+    model = model_builder.build_model(cfg)
+    input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg)
     calls = []
     out = model(input_ids, position_ids, mask, labels=labels, output_processor=recording(calls))
     return {"calls": len(calls), "shape": list(out.shape),
@@ -120,10 +120,10 @@ def graph_bypass(model, cfg) -> dict:
 
 
 def main() -> None:
-    gpt_setup.init_distributed(0, 1, gpt_setup.free_port(), 1)
+    model_builder.init_distributed(0, 1, model_builder.free_port(), 1)
     results = {}
-    hybrid_cfg = gpt_setup.ModelConfig(model="hybrid")
-    model = gpt_setup.build_model(hybrid_cfg)
+    hybrid_cfg = model_builder.ModelConfig(model="hybrid")
+    model = model_builder.build_model(hybrid_cfg)
     results["class"] = type(model).__name__
     results["detect"] = detect(model, hybrid_cfg)
     if results["detect"]["hooked"]:
@@ -132,12 +132,12 @@ def main() -> None:
         if hasattr(model, "_should_call_local_cudagraph"):  # 0.18+
             results["inference"] = {
                 "hybrid": inference(model, hybrid_cfg),
-                "gpt": inference(gpt_setup.build_model(gpt_setup.ModelConfig()),
-                                 gpt_setup.ModelConfig())}
-            results["graph_bypass"] = graph_bypass(gpt_setup.build_model(hybrid_cfg),
+                "gpt": inference(model_builder.build_model(model_builder.ModelConfig()),
+                                 model_builder.ModelConfig())}
+            results["graph_bypass"] = graph_bypass(model_builder.build_model(hybrid_cfg),
                                                    hybrid_cfg)
     print(json.dumps(results))
-    gpt_setup.shutdown()
+    model_builder.shutdown()
 
 
 if __name__ == "__main__":

@@ -35,16 +35,16 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tools import gpt_setup  # noqa: E402
+from megatron_overlay import model_builder  # noqa: E402
 
 TEMPERATURE = 0.7
 MICROBATCHES = 4
 
 
-def gpu_config(**kw) -> gpt_setup.ModelConfig:
+def gpu_config(**kw) -> model_builder.ModelConfig:
     base = dict(vocab=4096, hidden=256, layers=2, heads=4, seq=256, batch=2)
     base.update(kw)
-    return gpt_setup.ModelConfig(**base)
+    return model_builder.ModelConfig(**base)
 
 
 def coefficients(cfg, device, seed=7):
@@ -77,19 +77,19 @@ def run_tp_sp(rank: int, device: str) -> dict:
             for tied in (True, False):
                 cfg = gpu_config(tp=2, sp=sp, tied=tied, dtype=dtype)
                 if device == "cpu":
-                    cfg = gpt_setup.ModelConfig(tp=2, sp=sp, tied=tied)
-                inputs = gpt_setup.batch(cfg, device=device)
+                    cfg = model_builder.ModelConfig(tp=2, sp=sp, tied=tied)
+                inputs = model_builder.batch(cfg, device=device)
                 c1, c2 = coefficients(cfg, device)
-                model = gpt_setup.build_model(cfg, device=device)
+                model = model_builder.build_model(cfg, device=device)
                 row = {}
                 for name, path in (("fused", fused_path), ("logits", logits_path)):
                     log_probs, entropy = path(model, cfg, inputs)
                     ((log_probs * c1).sum() + (entropy * c2).sum()).backward()
-                    gpt_setup.finalize_grads(model)
+                    model_builder.finalize_grads(model)
                     row[name] = {"log_probs": log_probs.detach().float().cpu(),
                                  "entropy": entropy.detach().float().cpu(),
                                  "grads": {k: g.float().cpu()
-                                           for k, g in gpt_setup.grads(model).items()}}
+                                           for k, g in model_builder.grads(model).items()}}
                     model.zero_grad(set_to_none=True)
                 results[f"{str(dtype)[6:]}-{cfg.name}"] = row
     return results
@@ -112,11 +112,11 @@ def run_pp(rank: int, device: str) -> dict:
 
     results = {}
     for tied in (True, False):
-        full_cfg = gpu_config(tied=tied) if device == "cuda" else gpt_setup.ModelConfig(tied=tied)
+        full_cfg = gpu_config(tied=tied) if device == "cuda" else model_builder.ModelConfig(tied=tied)
         # PP = 1 reference (both ranks compute it; DP = 2)
-        gpt_setup.init_model_parallel(1, 1)
-        full = gpt_setup.build_model(full_cfg, device=device)
-        micro = [gpt_setup.batch(full_cfg, seed=100 + m, device=device)
+        model_builder.init_model_parallel(1, 1)
+        full = model_builder.build_model(full_cfg, device=device)
+        micro = [model_builder.batch(full_cfg, seed=100 + m, device=device)
                  for m in range(MICROBATCHES)]
         coeffs = [coefficients(full_cfg, device, seed=200 + m) for m in range(MICROBATCHES)]
         ref_lp, ref_ent = [], []
@@ -125,16 +125,16 @@ def run_pp(rank: int, device: str) -> dict:
             (((lp * c1).sum() + (ent * c2).sum()) / MICROBATCHES).backward()
             ref_lp.append(lp.detach().cpu())
             ref_ent.append(ent.detach().cpu())
-        ref_grads = {k: g.cpu() for k, g in gpt_setup.grads(full).items()}
+        ref_grads = {k: g.cpu() for k, g in model_builder.grads(full).items()}
         full_state = {k: p.detach().clone() for k, p in full.named_parameters()}
         del full
 
         # PP = 2: this rank's stage, weights copied from the full model
         cfg = dataclasses.replace(full_cfg, pp=2)
-        gpt_setup.init_model_parallel(1, 2)
+        model_builder.init_model_parallel(1, 2)
         stage = parallel_state.get_pipeline_model_parallel_rank()
         last = parallel_state.is_pipeline_last_stage()
-        model = gpt_setup.build_model(cfg, device=device, batch_p2p_comm=device == "cuda")
+        model = model_builder.build_model(cfg, device=device, batch_p2p_comm=device == "cuda")
         per_stage = cfg.layers // cfg.pp
         names = {}
         with torch.no_grad():
@@ -168,7 +168,7 @@ def run_pp(rank: int, device: str) -> dict:
                       else model.output_layer.weight)
             dist.all_reduce(weight.grad, group=parallel_state.get_embedding_group())
         row = {"schedule": forward_backward.__name__, "stage": stage,
-               "grads": {names[k]: g.cpu() for k, g in gpt_setup.grads(model).items()},
+               "grads": {names[k]: g.cpu() for k, g in model_builder.grads(model).items()},
                "ref_grads": {names[k]: ref_grads[names[k]] for k in names}}
         if last:
             row.update(log_probs=torch.stack(seen_lp), entropy=torch.stack(seen_ent),
@@ -179,10 +179,10 @@ def run_pp(rank: int, device: str) -> dict:
 
 
 def run_cp(rank: int, device: str) -> dict:
-    cfg = gpt_setup.ModelConfig()
-    gpt_setup.init_model_parallel(1, 1, cp=2)
+    cfg = model_builder.ModelConfig()
+    model_builder.init_model_parallel(1, 1, cp=2)
     try:
-        gpt_setup.build_model(cfg, device=device, context_parallel_size=2)
+        model_builder.build_model(cfg, device=device, context_parallel_size=2)
     except Exception as exc:  # noqa: BLE001  (what stops it is the result)
         return {"built": False, "error": f"{type(exc).__name__}: {exc}",
                 "where": traceback.format_exc(limit=-2)}
@@ -193,10 +193,10 @@ MODES = {"tp_sp": run_tp_sp, "pp": run_pp, "cp": run_cp}
 
 
 def worker(rank: int, mode: str, port: int, device: str, out: str) -> None:
-    gpt_setup.init_distributed(rank, 2, port, 2 if mode == "tp_sp" else 1, device=device)
+    model_builder.init_distributed(rank, 2, port, 2 if mode == "tp_sp" else 1, device=device)
     results = MODES[mode](rank, device)
     torch.save(results, os.path.join(out, f"{mode}-rank{rank}.pt"))
-    gpt_setup.shutdown()
+    model_builder.shutdown()
 
 
 def main() -> None:
@@ -206,7 +206,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    mp.spawn(worker, args=(args.mode, gpt_setup.free_port(), args.device, args.out), nprocs=2,
+    mp.spawn(worker, args=(args.mode, model_builder.free_port(), args.device, args.out), nprocs=2,
              join=True)
 
 

@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tools import gpt_setup  # noqa: E402
+from megatron_overlay import model_builder  # noqa: E402
 
 
 def _outcome(call) -> list[str]:
@@ -32,12 +32,12 @@ def main() -> None:
     from megatron_overlay import require_output_processor
     from megatron_overlay.processors.fused_logprob import fused_logprob
 
-    gpt_setup.init_distributed(0, 1, gpt_setup.free_port(), 1)
+    model_builder.init_distributed(0, 1, model_builder.free_port(), 1)
     results = {}
     for kind in ("gpt", "hybrid"):
-        cfg = gpt_setup.ModelConfig(model=kind)
-        model = gpt_setup.build_model(cfg)
-        input_ids, position_ids, mask, labels, _ = gpt_setup.batch(cfg)
+        cfg = model_builder.ModelConfig(model=kind)
+        model = model_builder.build_model(cfg)
+        input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg)
         results[kind] = {}
         for case, processor in [("none", None), ("callable", fused_logprob),
                                 ("name", "fused_logprob"), ("unknown_name", "fused_logporb")]:
@@ -49,7 +49,7 @@ def main() -> None:
                                                   **hook)),
             }
     print(json.dumps(results))
-    gpt_setup.shutdown()
+    model_builder.shutdown()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tools import gpt_setup  # noqa: E402
+from megatron_overlay import model_builder  # noqa: E402
 
 BLOCK = re.compile(r"<!-- ci: api -->\n```python\n(?P<body>.*?)```", re.S)
 
@@ -29,20 +29,20 @@ BLOCK = re.compile(r"<!-- ci: api -->\n```python\n(?P<body>.*?)```", re.S)
 def namespace() -> dict:
     import torch
 
-    cfg = gpt_setup.ModelConfig()
-    input_ids, position_ids, mask, labels, loss_mask = gpt_setup.batch(cfg)
+    cfg = model_builder.ModelConfig()
+    input_ids, position_ids, mask, labels, loss_mask = model_builder.batch(cfg)
     gen = torch.Generator().manual_seed(3)
     return dict(
-        torch=torch, model=gpt_setup.build_model(cfg), input_ids=input_ids,
+        torch=torch, model=model_builder.build_model(cfg), input_ids=input_ids,
         position_ids=position_ids, attention_mask=mask, labels=labels, loss_mask=loss_mask,
-        teacher=gpt_setup.build_model(cfg, seed=1), student=gpt_setup.build_model(cfg, seed=2),
+        teacher=model_builder.build_model(cfg, seed=1), student=model_builder.build_model(cfg, seed=2),
         T=0.7, hidden=torch.randn(64, cfg.hidden, generator=gen, requires_grad=True),
         weight=torch.randn(cfg.vocab, cfg.hidden, generator=gen),
         token_labels=torch.randint(0, cfg.vocab, (64,), generator=gen))
 
 
 def main() -> None:
-    gpt_setup.init_distributed(0, 1, gpt_setup.free_port(), 1)
+    model_builder.init_distributed(0, 1, model_builder.free_port(), 1)
     results = []
     for match in BLOCK.finditer((REPO / "README.md").read_text()):
         body = match["body"]
@@ -53,7 +53,7 @@ def main() -> None:
             results.append({"first_line": body.splitlines()[0], "ok": False,
                             "error": f"{type(err).__name__}: {err}"})
     print(json.dumps(results))
-    gpt_setup.shutdown()
+    model_builder.shutdown()
 
 
 if __name__ == "__main__":

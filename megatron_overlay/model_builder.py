@@ -1,8 +1,11 @@
 """Build megatron-core's real GPTModel and hybrid model (MambaModel before 0.18, HybridModel
-from 0.18) for the tools and the tests: CPU (gloo) or CUDA (NCCL).
+from 0.18), small and seeded, on CPU (gloo) or CUDA (NCCL): the one model builder of the
+demo, the example, the tools and the tests.
 
-Not shipped: the workarounds below exist only because these checks run megatron without a
-GPU, or without Apex and Transformer Engine (see ../shared/notes/megatron-on-cpu.md):
+Nothing of the library (patching, the hook, processors, ops) imports this module. The
+workarounds below exist only because the demo and the checks run megatron without a GPU, or
+without Apex and Transformer Engine (see ../shared/notes/megatron-on-cpu.md), and they apply
+only in a process that builds its model here:
 
 - CPU only: ``torch.cuda.current_device()`` must answer "cpu" (megatron allocates on it),
   and the RNG tracker is the inference one (its add/fork do nothing; CUDA RNG states don't
@@ -57,6 +60,8 @@ class ModelConfig:
     mup: bool = False
     pp: int = 1
     model: str = "gpt"  # or "hybrid": megatron's hybrid model class (see hybrid_model_class)
+    position_embedding: str = "rope"  # GPTModel's position_embedding_type
+    max_positions: int = 0  # GPTModel's max_sequence_length; 0: seq
     # False: a chunk without the output layer (what a non-last pipeline stage builds), PP 1
     output_layer: bool = True
     moe: bool = False  # hybrid only: an MoE layer ("E") in the pattern (0.16+; TE-free 0.17+)
@@ -203,8 +208,9 @@ def build_model(cfg: ModelConfig, seed: int = 1234, device: str = "cpu",
                                                           use_transformer_engine=False)
     model = GPTModel(
         config=config, transformer_layer_spec=block, vocab_size=cfg.vocab,
-        max_sequence_length=cfg.seq, pre_process=pre_process, post_process=post_process,
-        share_embeddings_and_output_weights=cfg.tied, position_embedding_type="rope",
+        max_sequence_length=cfg.max_positions or cfg.seq, pre_process=pre_process,
+        post_process=post_process, share_embeddings_and_output_weights=cfg.tied,
+        position_embedding_type=cfg.position_embedding,
         parallel_output=True, **kwargs,
     )
     return _finish(model, cfg, device)
