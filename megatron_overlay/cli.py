@@ -3,7 +3,8 @@
 Exit codes, for scripts: 0 the core is ready (patched, or native with the name lookup) or
 the command did what was asked (``verify``: the core is wholly patched or wholly
 upstream's, its metadata true); 1 it is not ready (status, patch) or not consistent
-(verify); 2 refused or failed, nothing changed.
+(verify); 2 refused or failed, nothing changed. Every error is one line on stderr,
+``megatron-overlay: error: ...``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 from . import __version__, patching
+from .patching.errors import os_error_reason
 
 EXIT_OK, EXIT_NOT_READY, EXIT_REFUSED = 0, 1, 2
 
@@ -93,13 +95,13 @@ def _report_change(args, verb: str, after: patching.Status) -> None:
 
 
 def _cmd_patch(args) -> int:
-    st = patching.apply(args.site)
+    st = patching.patch(args.site)
     _report_change(args, "patch", st)
     return EXIT_OK if st.ready else EXIT_NOT_READY
 
 
 def _cmd_unpatch(args) -> int:
-    _report_change(args, "unpatch", patching.revert(args.site))
+    _report_change(args, "unpatch", patching.unpatch(args.site))
     return EXIT_OK
 
 
@@ -144,7 +146,7 @@ def _cmd_demo(args) -> int:
     return run_demo(args)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="megatron-overlay",
         description="The output_processor hook on every megatron-core 0.12-0.19, "
@@ -196,12 +198,19 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     demo.add_arguments(demo_cmd)
     demo_cmd.set_defaults(func=_cmd_demo)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
+        args = _parser().parse_args(argv)  # --version reads the patch sets
         return args.func(args)
     except patching.PatchError as err:
-        print(f"megatron-overlay: error: {err}", file=sys.stderr)
-        return EXIT_REFUSED
+        message = str(err)
+    except OSError as err:  # one the patching code does not name: a path it cannot use
+        message = os_error_reason(err)
+    print(f"megatron-overlay: error: {message}", file=sys.stderr)
+    return EXIT_REFUSED
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Install-time patching of megatron-core: find the core, check hashes, apply / verify / revert.
+"""Install-time patching of megatron-core: find the core, check hashes, patch / verify /
+unpatch.
 
 Imports neither torch nor megatron.
 """
@@ -10,19 +11,24 @@ from .core import (
     UNPATCHED,
     UNSUPPORTED,
     Core,
-    PatchError,
+    State,
     Status,
-    apply,
     locate,
-    revert,
+    patch,
     status,
+    unpatch,
     verify,
 )
+from .errors import PatchError
 from .patch_sets import PatchSet, find_patch_set, match_patch_set, supported_releases
+
+# The names before patch/unpatch took the CLI's words. Still called by
+# tests/core/conftest.py, tests/core/test_hybrid_hook.py and tools/compat_matrix.py
+# (outside this change); delete these two lines once those call patch().
+apply, revert = patch, unpatch
 
 __all__ = [
     "MODIFIED", "NATIVE", "PATCHED", "UNPATCHED", "UNSUPPORTED", "Core", "PatchError",
-    "PatchSet", "Status", "apply", "find_patch_set", "locate", "match_patch_set", "revert",
-    "status",
-    "supported_releases", "verify",
+    "PatchSet", "State", "Status", "find_patch_set", "locate", "match_patch_set", "patch",
+    "status", "supported_releases", "unpatch", "verify",
 ]

@@ -1,4 +1,4 @@
-"""Find the installed megatron-core, tell its state, and apply or revert a patch set.
+"""Find the installed megatron-core, tell its state, and patch or unpatch it.
 
 Nothing here imports torch or megatron: the core is found through its distribution
 metadata and judged by the sha256 of its files, so ``megatron-overlay status`` works on a
@@ -17,9 +17,11 @@ import os
 import py_compile
 import re
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from . import lock, transaction, unified_diff
+from .errors import DiffError, PatchError, os_error_reason
 from .patch_sets import PatchSet, match_patch_set, nearest_mismatch, supported_releases
 
 DIST_NAME = "megatron-core"
@@ -30,13 +32,20 @@ MARKER = "megatron_overlay.json"  # written into the dist-info of a patched core
 JOURNAL = "megatron_overlay.journal"
 GPT_MODEL = "megatron/core/models/gpt/gpt_model.py"
 
-# state names, as `megatron-overlay status` prints them
-NATIVE, PATCHED, UNPATCHED, MODIFIED, UNSUPPORTED = (
-    "native", "patched", "unpatched", "modified", "unsupported")
 
 
-class PatchError(RuntimeError):
-    """The core cannot be patched or restored as asked; nothing was changed."""
+class State(StrEnum):
+    """A core's state, named as `megatron-overlay status` prints it. A str: it compares
+    equal to, formats as and serializes to JSON as its name."""
+
+    NATIVE = "native"  # upstream has GPTModel's hook (0.18+)
+    PATCHED = "patched"  # the overlay's patch set is applied
+    UNPATCHED = "unpatched"  # upstream's own files; a patch set would add the hook
+    MODIFIED = "modified"  # neither upstream's files nor patched ones, or an interrupted run
+    UNSUPPORTED = "unsupported"  # no core, or files no patch set matches
+
+
+NATIVE, PATCHED, UNPATCHED, MODIFIED, UNSUPPORTED = State
 
 
 @dataclass
@@ -56,7 +65,7 @@ class Core:
 class Status:
     core_version: str | None
     release: str | None
-    state: str
+    state: State
     patch_set: str | None = None
     same_files_as: str | None = None  # served by this release's patch set (identical files)
     hook: str | None = None  # "backport" or "native"
@@ -66,7 +75,7 @@ class Status:
     site: str | None = None
     detail: str = ""
     files: list[dict] = field(default_factory=list)
-    # set by apply / revert: the files this very call rewrote (read under the writer's lock,
+    # set by patch / unpatch: the files this very call rewrote (read under the writer's lock,
     # so a concurrent run that did the work first leaves it empty)
     changed: list[str] = field(default_factory=list)
 
@@ -220,17 +229,28 @@ def mismatch_note(release: str, sha_of) -> str:
     return f" ({', '.join(nearest[1])} differs from megatron-core {nearest[0]}'s)"
 
 
+def _record_rows(record: Path) -> list[str]:
+    """RECORD's rows, line ends kept."""
+    try:
+        return record.read_bytes().decode().splitlines(keepends=True)
+    except UnicodeDecodeError as err:
+        raise PatchError(f"{record} is not UTF-8 text ({err.reason} at byte {err.start}): "
+                         f"reinstall megatron-core") from None
+
+
 def _marker_recorded(core: Core) -> bool:
     record = core.dist_info / "RECORD"
     if not record.exists():
         return False
     marker_rel = (core.dist_info / MARKER).relative_to(core.site).as_posix()
-    return any(row.split(",", 1)[0] == marker_rel
-               for row in record.read_bytes().decode().splitlines())
+    return any(row.split(",", 1)[0] == marker_rel for row in _record_rows(record))
 
 
 def _check_writable(core: Core, patch_set: PatchSet) -> None:
-    for path in [core.dist_info, *(core.site / f.path for f in patch_set.files)]:
+    """Refuse before writing anything where a file, or a folder that gets staged files
+    beside its targets, is read-only."""
+    targets = [core.site / f.path for f in patch_set.files]
+    for path in [*sorted(_patched_dirs(core, patch_set)), *targets]:
         if not os.access(path, os.W_OK):
             raise PatchError(f"cannot write {path}: run with permission to modify the environment")
 
@@ -245,7 +265,12 @@ def transformed(patch_set: PatchSet, read, reverse: bool = False) -> dict[str, b
         have = hashlib.sha256(data).hexdigest()
         want = entry.upstream_sha256 if reverse else entry.patched_sha256
         if have != want:
-            data = unified_diff.apply(data.decode(), diffs[entry.path], reverse=reverse).encode()
+            try:
+                data = unified_diff.apply(data.decode(), diffs[entry.path],
+                                          reverse=reverse).encode()
+            except DiffError as err:
+                raise PatchError(f"patch set {patch_set.patch_set_id} does not apply: {err}; "
+                                 f"nothing changed") from None
             if hashlib.sha256(data).hexdigest() != want:
                 raise PatchError(f"{entry.path}: the result has an unexpected hash; nothing changed")
         out[entry.path] = data
@@ -283,7 +308,7 @@ def _with_record(core: Core, changes: dict[Path, bytes | None]) -> dict[Path, by
     record = core.dist_info / "RECORD"
     if not record.exists():
         return changes
-    rows = record.read_bytes().decode().splitlines(keepends=True)
+    rows = _record_rows(record)
     by_path = {row.split(",", 1)[0]: i for i, row in enumerate(rows)}
     end = _line_end(rows[-1]) if rows else "\n"  # keep the file's own line ends
     for path, data in changes.items():
@@ -298,20 +323,24 @@ def _with_record(core: Core, changes: dict[Path, bytes | None]) -> dict[Path, by
     return {**changes, record: "".join(rows).encode()}
 
 
-def _refresh_bytecode(core: Core, paths: list[Path]) -> None:
-    """Drop every cached .pyc of the changed sources and compile the one this Python reads."""
+def _refresh_bytecode(paths: list[Path]) -> None:
+    """Drop every cached .pyc of the changed sources and compile the one this Python reads.
+
+    Runs after the commit, so it never fails the command: a cache that cannot be written
+    is only slower imports, as Python checks the source's mtime and size recorded in a .pyc
+    and ignores a stale one."""
     for path in paths:
         if path.suffix != ".py":
             continue
-        cache = path.parent / "__pycache__"
-        for stale in cache.glob(f"{path.stem}.*.pyc"):
-            stale.unlink(missing_ok=True)
-        py_compile.compile(str(path), cfile=importlib.util.cache_from_source(str(path)),
-                           doraise=True)
+        with contextlib.suppress(OSError):
+            for stale in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
+                stale.unlink(missing_ok=True)
+            py_compile.compile(str(path), cfile=importlib.util.cache_from_source(str(path)),
+                               doraise=True)
 
 
 def _writable_patch_set(current: Status) -> PatchSet:
-    """The patch set to apply or revert; refuses unknown, mixed or interrupted files."""
+    """The patch set to patch or unpatch with; refuses unknown, mixed or interrupted files."""
     if current.patch_set is None:
         raise PatchError(current.detail)
     patch_set = match_patch_set(current.release, lambda rel: sha256_of(Path(current.site) / rel))
@@ -328,25 +357,50 @@ def _writable_patch_set(current: Status) -> PatchSet:
 @contextlib.contextmanager
 def _writing(site):
     """Hold the site's lock exclusively; roll back interrupted runs and drop leftovers
-    first; yield the core as it is then."""
+    first; yield the core as it is then. A filesystem error on the way is a PatchError."""
     core = locate(site)
-    with lock.exclusive(core.site):
-        core = locate(site)  # another writer may have changed it while we waited
-        patch_set = match_patch_set(core.release, lambda rel: sha256_of(core.site / rel))
-        unrestored = transaction.recover(core.dist_info / JOURNAL,
-                                         _patched_dirs(core, patch_set))
-        if unrestored:
-            raise PatchError(
-                f"an interrupted overlay run left {', '.join(unrestored)} changed and its "
-                f"backup is gone. Reinstall megatron-core (`pip install --force-reinstall "
-                f"--no-deps megatron-core=={core.release}`); nothing else was changed")
-        marker = core.dist_info / MARKER
-        if marker.exists() and not _marker_recorded(core):  # a stray: RECORD disowns it
-            marker.unlink()
-        yield locate(site)
+    try:
+        with lock.exclusive(core.site):
+            core = locate(site)  # another writer may have changed it while we waited
+            patch_set = match_patch_set(core.release, lambda rel: sha256_of(core.site / rel))
+            unrestored = transaction.recover(core.dist_info / JOURNAL,
+                                             _patched_dirs(core, patch_set))
+            if unrestored:
+                raise PatchError(
+                    f"an interrupted overlay run left {', '.join(unrestored)} changed and its "
+                    f"backup is gone. Reinstall megatron-core (`pip install --force-reinstall "
+                    f"--no-deps megatron-core=={core.release}`); nothing else was changed")
+            marker = core.dist_info / MARKER
+            if marker.exists() and not _marker_recorded(core):  # a stray: RECORD disowns it
+                marker.unlink()
+            yield locate(site)
+    except OSError as err:
+        # the transaction has rolled back what it wrote; recovery by the next run otherwise
+        raise PatchError(f"cannot modify megatron-core in {core.site}: {os_error_reason(err)}. "
+                         f"Run with permission to modify this environment; `megatron-overlay "
+                         f"status` tells the core's state") from err
 
 
-def apply(site: str | os.PathLike | None = None) -> Status:
+def _rewrite(site, core: Core, current: Status, patch_set: PatchSet, *, reverse: bool,
+             version: str, marker: bytes | None) -> Status:
+    """One transaction: the patch set's files patched (``reverse``: restored), METADATA's
+    version set to ``version``, the marker written (None: removed), RECORD to match.
+    Returns the state after, with the files this call changed."""
+    _check_writable(core, patch_set)
+    files = transformed(patch_set, lambda rel: (core.site / rel).read_bytes(), reverse=reverse)
+    changes: dict[Path, bytes | None] = {core.site / rel: data for rel, data in files.items()}
+    changes[core.dist_info / "METADATA"] = with_version(
+        (core.dist_info / "METADATA").read_bytes(), version)
+    changes[core.dist_info / MARKER] = marker
+    transaction.replace_all(_with_record(core, changes), core.dist_info / JOURNAL)
+    _refresh_bytecode(list(changes))
+    after = _judge(locate(site))
+    after.changed = [f["path"] for f, was in zip(after.files, current.files)
+                     if f["sha256"] != was["sha256"]]
+    return after
+
+
+def patch(site: str | os.PathLike | None = None) -> Status:
     """Patch the core. Idempotent; all-or-nothing; refuses unknown or modified files.
     Concurrent calls on one site serialize; the later ones find the work done."""
     with _writing(site) as core:
@@ -356,37 +410,25 @@ def apply(site: str | os.PathLike | None = None) -> Status:
         if current.state == NATIVE and current.patch_set is None:
             raise PatchError(current.detail)  # a native release no patch set matches
         patch_set = _writable_patch_set(current)
-        _check_writable(core, patch_set)
         labelled = core.version == f"{core.release}+{LOCAL_LABEL}"
-        files = transformed(patch_set, lambda rel: (core.site / rel).read_bytes())
-        changes: dict[Path, bytes | None] = {core.site / rel: data for rel, data in files.items()}
-        changes[core.dist_info / "METADATA"] = with_version(
-            (core.dist_info / "METADATA").read_bytes(), f"{core.release}+{LOCAL_LABEL}")
-        changes[core.dist_info / MARKER] = marker_bytes(
-            patch_set, core.release, core.release if labelled else core.version, "patch")
-        transaction.replace_all(_with_record(core, changes), core.dist_info / JOURNAL)
-        _refresh_bytecode(core, list(changes))
-        return _changed(_judge(locate(site)), current)
+        marker = marker_bytes(patch_set, core.release,
+                              core.release if labelled else core.version, "patch")
+        return _rewrite(site, core, current, patch_set, reverse=False,
+                        version=f"{core.release}+{LOCAL_LABEL}", marker=marker)
 
 
-def _changed(after: Status, before: Status) -> Status:
-    """``after`` with ``changed``: the patch set's files whose hash this call changed."""
-    after.changed = [f["path"] for f, was in zip(after.files, before.files)
-                     if f["sha256"] != was["sha256"]]
-    return after
-
-
-def revert(site: str | os.PathLike | None = None) -> Status:
+def unpatch(site: str | os.PathLike | None = None) -> Status:
     """Restore the byte-identical upstream files and metadata. Idempotent."""
     with _writing(site) as core:
         current = _judge(core)
         if current.state == UNPATCHED or (current.state == NATIVE and not current.name_lookup):
             return current
         patch_set = _writable_patch_set(current)
-        marker_path = core.dist_info / MARKER
         try:
-            marker = json.loads(marker_path.read_text())
+            marker = json.loads((core.dist_info / MARKER).read_text())
         except (OSError, ValueError):
+            marker = None
+        if not isinstance(marker, dict):
             marker = {}
         if marker.get("installed_from") == "wheel":
             raise PatchError(
@@ -394,16 +436,8 @@ def revert(site: str | os.PathLike | None = None) -> Status:
                 f"to upstream by installing upstream's: `pip install --force-reinstall "
                 f"--no-deps megatron-core=={core.release}` from an index without the overlay's "
                 f"wheelhouse; nothing was changed")
-        _check_writable(core, patch_set)
-        files = transformed(patch_set, lambda rel: (core.site / rel).read_bytes(), reverse=True)
-        changes: dict[Path, bytes | None] = {core.site / rel: data for rel, data in files.items()}
-        changes[core.dist_info / "METADATA"] = with_version(
-            (core.dist_info / "METADATA").read_bytes(),
-            marker.get("upstream_version", core.release))
-        changes[marker_path] = None
-        transaction.replace_all(_with_record(core, changes), core.dist_info / JOURNAL)
-        _refresh_bytecode(core, list(changes))
-        return _changed(_judge(locate(site)), current)
+        return _rewrite(site, core, current, patch_set, reverse=True,
+                        version=marker.get("upstream_version", core.release), marker=None)
 
 
 def verify(site: str | os.PathLike | None = None) -> tuple[bool, Status, list[str]]:
@@ -429,8 +463,7 @@ def verify(site: str | os.PathLike | None = None) -> tuple[bool, Status, list[st
             return False, current, problems
         record = core.dist_info / "RECORD"
         if record.exists():
-            rows = {r.split(",", 1)[0]: r.rstrip("\r\n")
-                    for r in record.read_bytes().decode().splitlines()}
+            rows = {r.split(",", 1)[0]: r.rstrip("\r\n") for r in _record_rows(record)}
             checked = [core.site / f["path"] for f in current.files] + [
                 core.dist_info / "METADATA"]
             if current.ready:

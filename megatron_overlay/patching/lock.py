@@ -21,6 +21,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from .errors import PatchError
+
 LOCK_NAME = ".megatron-overlay.lock"
 
 
@@ -35,8 +37,6 @@ def exclusive(directory: Path):
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as err:
-        from .core import PatchError
-
         raise PatchError(f"cannot create the lock file {path} ({err.strerror}): run with "
                          f"permission to modify this environment") from None
     try:

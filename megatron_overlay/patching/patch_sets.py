@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+from .errors import PatchError
+
 
 @dataclass(frozen=True)
 class FileEntry:
@@ -59,16 +61,20 @@ def find_patch_set(release: str | None) -> PatchSet | None:
     if release not in supported_releases():
         return None
     folder = _patches_dir().joinpath(release)
-    manifest = json.loads(folder.joinpath("manifest.json").read_text())
-    return PatchSet(
-        release=manifest["release"],
-        patch_set_id=manifest["patch_set"],
-        hook=manifest["hook"],
-        files=tuple(FileEntry(f["path"], f["upstream_sha256"], f["patched_sha256"])
-                    for f in manifest["files"]),
-        diff_text=folder.joinpath(manifest["patch"]).read_text(),
-        models=tuple(manifest.get("models", {"GPTModel": manifest["hook"]}).items()),
-    )
+    try:
+        manifest = json.loads(folder.joinpath("manifest.json").read_text())
+        return PatchSet(
+            release=manifest["release"],
+            patch_set_id=manifest["patch_set"],
+            hook=manifest["hook"],
+            files=tuple(FileEntry(f["path"], f["upstream_sha256"], f["patched_sha256"])
+                        for f in manifest["files"]),
+            diff_text=folder.joinpath(manifest["patch"]).read_text(),
+            models=tuple(manifest.get("models", {"GPTModel": manifest["hook"]}).items()),
+        )
+    except (OSError, ValueError, LookupError, TypeError, AttributeError) as err:
+        raise PatchError(f"the overlay's patch set for {release} ({folder}) is broken: "
+                         f"{type(err).__name__}: {err}; reinstall megatron-overlay") from None
 
 
 def _nearest_first(release: str | None) -> list[str]:
@@ -97,7 +103,6 @@ def match_patch_set(release: str | None, sha256_of: Callable[[str], str | None]
                for f in patch_set.files):
             return patch_set
     return None
-
 
 
 def nearest_mismatch(release: str | None, sha256_of: Callable[[str], str | None]

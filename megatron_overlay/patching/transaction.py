@@ -27,6 +27,7 @@ read-only ``status`` uses it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -180,5 +181,8 @@ def replace_all(changes: dict[Path, bytes | None], journal: Path) -> None:
         raise
     journal.unlink()  # commit point
     _fsync_dir(journal.parent)
-    for target in targets:
-        _sibling(target, BAK_SUFFIX).unlink(missing_ok=True)
+    # Past the commit nothing may fail the call: a backup that cannot be dropped is a
+    # leftover, which status reports and the next writer sweeps.
+    with contextlib.suppress(OSError):
+        for target in targets:
+            _sibling(target, BAK_SUFFIX).unlink(missing_ok=True)

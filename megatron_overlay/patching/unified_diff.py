@@ -10,11 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .errors import DiffError
+
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-class DiffError(ValueError):
-    """The patch does not apply to the text it was given."""
 
 
 @dataclass

@@ -25,8 +25,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .core import (LOCAL_LABEL, MARKER, PatchError, mismatch_note, marker_bytes, record_row,
-                   transformed, with_version)
+from .core import (LOCAL_LABEL, MARKER, mismatch_note, marker_bytes, record_row, transformed,
+                   with_version)
+from .errors import PatchError, os_error_reason
 from .patch_sets import match_patch_set, supported_releases
 
 WHEEL_NAME = "megatron_core"  # the distribution's name as wheel file names spell it
@@ -94,9 +95,16 @@ def build(release: str, source: Path, out_dir: Path) -> Path:
     if match is None:
         raise PatchError(f"{source.name} is not a megatron-core wheel file name "
                          f"(megatron_core-<version>-<tags>.whl)")
-    with zipfile.ZipFile(source) as upstream:
-        infos = upstream.infolist()
-        contents = {info.filename: upstream.read(info) for info in infos}
+    try:
+        with zipfile.ZipFile(source) as upstream:
+            infos = upstream.infolist()
+            contents = {info.filename: upstream.read(info) for info in infos}
+    except OSError as err:
+        raise PatchError(f"cannot read the upstream wheel: {os_error_reason(err)}; "
+                         f"nothing was written") from None
+    except zipfile.BadZipFile as err:
+        raise PatchError(f"{source} is not a readable wheel (zip) file ({err}); nothing was "
+                         f"written") from None
     old_info = _dist_info(list(contents))
     metadata = contents[f"{old_info}/METADATA"]
     name = (_metadata_field(metadata, "Name") or "").lower().replace("_", "-")

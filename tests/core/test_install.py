@@ -314,7 +314,7 @@ def test_status_on_a_missing_directory_says_so(tmp_path):
 
 def test_concurrent_patch_runs_wait_and_find_the_work_done(core_copy, tmp_path):
     expected = copy_tree(core_copy, tmp_path / "expected")
-    patching.apply(expected)
+    patching.patch(expected)
     cmds = [["patch"]] * 8 + [["status"]] * 3 + [["verify"]] * 3
     procs = [subprocess.Popen([*CLI, *cmd, "--site", str(core_copy)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=ENV) for cmd in cmds]
@@ -358,7 +358,7 @@ def test_a_kill_at_every_write_is_recovered(command, release, tmp_path):
     pristine = minimal_site(release, tmp_path / "pristine")
     start = copy_tree(pristine, tmp_path / "start")
     if command == "unpatch":
-        patching.apply(start)
+        patching.patch(start)
     count_run = killed(0, command, copy_tree(start, tmp_path / "count"))
     assert count_run.returncode == 0, count_run.stderr
     writes = int(count_run.stderr.strip().split("writes: ")[-1])

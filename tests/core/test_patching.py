@@ -29,14 +29,14 @@ def test_installed_core_is_patched_by_setup(installed):
 def test_round_trip_is_byte_identical(core_copy):
     before = tree_digest(core_copy)
     assert patching.status(core_copy).state in (patching.UNPATCHED, patching.NATIVE)
-    patched = patching.apply(core_copy)
+    patched = patching.patch(core_copy)
     assert patched.name_lookup
     changed = {p for p, data in tree_digest(core_copy).items() if before.get(p) != data}
     expected = {f.path for f in patch_set_for(patched.release).files}
     assert expected <= changed, "patched files did not change"
     assert all(p in expected or ".dist-info/" in p for p in changed), changed
     _assert_bytecode_fresh(core_copy, expected)
-    patching.revert(core_copy)
+    patching.unpatch(core_copy)
     assert tree_digest(core_copy) == before
     _assert_bytecode_fresh(core_copy, expected)
 
@@ -56,10 +56,10 @@ def _assert_bytecode_fresh(root, paths):
 
 
 def test_patching_twice_is_a_noop(core_copy):
-    patching.apply(core_copy)
+    patching.patch(core_copy)
     first = tree_digest(core_copy)
     stamps = {p: p.stat().st_mtime_ns for p in core_copy.rglob("*.py")}
-    st = patching.apply(core_copy)
+    st = patching.patch(core_copy)
     assert st.name_lookup
     assert tree_digest(core_copy) == first
     assert stamps == {p: p.stat().st_mtime_ns for p in core_copy.rglob("*.py")}
@@ -77,7 +77,7 @@ def test_modified_core_is_refused_and_left_unchanged(core_copy):
     else:
         assert st.state == patching.MODIFIED
     with pytest.raises(patching.PatchError) as err:
-        patching.apply(core_copy)
+        patching.patch(core_copy)
     assert target.relative_to(core_copy).as_posix() in str(err.value)
     assert release in str(err.value)
     assert tree_digest(core_copy) == before
@@ -95,8 +95,8 @@ def test_failure_midway_leaves_the_tree_unpatched(core_copy, monkeypatch):
         return real_replace(src, dst)
 
     monkeypatch.setattr(transaction.os, "replace", failing_replace)
-    with pytest.raises(OSError, match="injected"):
-        patching.apply(core_copy)
+    with pytest.raises(patching.PatchError, match="injected"):
+        patching.patch(core_copy)
     monkeypatch.undo()
     assert calls["n"] >= 3
     assert tree_digest(core_copy) == before
@@ -105,7 +105,7 @@ def test_failure_midway_leaves_the_tree_unpatched(core_copy, monkeypatch):
 
 def test_metadata_tells_the_truth(core_copy):
     upstream = patching.status(core_copy)
-    st = patching.apply(core_copy)
+    st = patching.patch(core_copy)
     version = Version(st.core_version)
     assert version.local == "overlay.2"
     assert SpecifierSet(f"=={upstream.release}").contains(version)  # pins still hold
@@ -121,8 +121,8 @@ def test_pip_sees_the_overlay_version_and_uninstalls_cleanly(tmp_path):
     venv.EnvBuilder(with_pip=False).create(env_dir)
     site = next(env_dir.glob("lib/python*/site-packages"))
     copy_core(site)
-    patching.revert(site)
-    patching.apply(site)
+    patching.unpatch(site)
+    patching.patch(site)
     target_py = str(env_dir / "bin" / "python")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", target_py]
     # no PYTHONPATH: pip must see the throwaway environment's core, not one on the path
