@@ -13,7 +13,8 @@ import inspect
 import sys
 from pathlib import Path
 
-HOOK_PARAMS = ("output_processor", "output_processor_context")
+from .hook import FORWARD_KWARGS
+
 GPT_MODEL_MODULE = "megatron.core.models.gpt.gpt_model"
 # the line the overlay's patch puts in every patched gpt_model.py (see patches/*/)
 NAME_LOOKUP_SOURCE = "from megatron_overlay.processors import resolve"
@@ -29,7 +30,7 @@ def has_output_processor(model) -> bool:
     except (TypeError, ValueError):
         return False
     return all(name in params and params[name].kind is inspect.Parameter.KEYWORD_ONLY
-               for name in HOOK_PARAMS)
+               for name in FORWARD_KWARGS)
 
 
 def require_output_processor(model, processor=None) -> None:

@@ -22,7 +22,6 @@ from ..ops.linear_logprob import LinearLogprobEntropy, validate_inputs
 from ..ops.params import DEFAULT_IGNORE_INDEX, LogprobParams
 from ..ops.temperature import rows_from_batch_seq
 from .context import read_context
-from .registry import register
 
 # the output_processor_context keys each processor accepts, with their defaults
 FUSED_LOGPROB_KEYS = {"temperature": 1.0, "return_entropy": True,
@@ -152,11 +151,8 @@ def _require_labels(labels, name: str, instead: str):
                          f"the model's forward, {instead}")
 
 
-@register("fused_logprob")
 def fused_logprob(
-    *, hidden_states, output_layer, output_weight, labels, loss_mask, input_ids,
-    position_ids, attention_mask, decoder_input, inference_context, packed_seq_params,
-    runtime_gather_output, context, compute_language_model_loss, scale_logits, config,
+    *, hidden_states, output_layer, output_weight, labels, context, scale_logits, **_unused,
 ) -> FusedLogprobOutput:
     """Log-probs of ``labels`` and entropy under softmax(logits / temperature), fused.
 
@@ -173,11 +169,9 @@ def fused_logprob(
     return FusedLogprobOutput(log_probs=log_probs, entropy=entropy, hidden_states=hidden_states)
 
 
-@register("fused_ce_loss")
 def fused_ce_loss(
-    *, hidden_states, output_layer, output_weight, labels, loss_mask, input_ids,
-    position_ids, attention_mask, decoder_input, inference_context, packed_seq_params,
-    runtime_gather_output, context, compute_language_model_loss, scale_logits, config,
+    *, hidden_states, output_layer, output_weight, labels, loss_mask, context, scale_logits,
+    **_unused,
 ) -> torch.Tensor:
     """Per-token cross-entropy [b, s] fp32 (times ``loss_mask`` when given), for SFT.
 

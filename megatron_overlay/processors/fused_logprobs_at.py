@@ -21,7 +21,6 @@ from ..ops.linear_logprobs_at import LinearLogprobsAt, validate_token_ids
 from ..ops.params import LogprobParams
 from .context import REQUIRED, read_context
 from .fused_logprob import FieldAccess, flatten_inputs
-from .registry import register
 
 # the output_processor_context keys this processor accepts, with their defaults
 FUSED_LOGPROBS_AT_KEYS = {"token_ids": REQUIRED, "temperature": 1.0, "return_entropy": False}
@@ -47,11 +46,8 @@ def _flat_token_ids(token_ids, batch: int, seq: int) -> torch.Tensor:
     return token_ids.transpose(0, 1).reshape(seq * batch, token_ids.shape[2])
 
 
-@register("fused_logprobs_at")
 def fused_logprobs_at(
-    *, hidden_states, output_layer, output_weight, labels, loss_mask, input_ids,
-    position_ids, attention_mask, decoder_input, inference_context, packed_seq_params,
-    runtime_gather_output, context, compute_language_model_loss, scale_logits, config,
+    *, hidden_states, output_layer, output_weight, context, scale_logits, **_unused,
 ) -> FusedLogprobsAtOutput:
     """Log-probs of softmax(logits / temperature) at ``token_ids``, fused; labels unused.
 

@@ -23,7 +23,6 @@ from ..ops.linear_topk import LinearTopkLogprobs, validate_k
 from ..ops.params import DEFAULT_IGNORE_INDEX, LogprobParams
 from .context import REQUIRED, read_context
 from .fused_logprob import FieldAccess, flatten_inputs
-from .registry import register
 
 # the output_processor_context keys this processor accepts, with their defaults
 FUSED_TOPK_KEYS = {"k": REQUIRED, "temperature": 1.0, "return_entropy": True,
@@ -42,11 +41,8 @@ class FusedTopkOutput(FieldAccess):
     hidden_states: torch.Tensor | None = None  # the [s, b, h] hidden states the hook received
 
 
-@register("fused_topk_logprobs")
 def fused_topk_logprobs(
-    *, hidden_states, output_layer, output_weight, labels, loss_mask, input_ids,
-    position_ids, attention_mask, decoder_input, inference_context, packed_seq_params,
-    runtime_gather_output, context, compute_language_model_loss, scale_logits, config,
+    *, hidden_states, output_layer, output_weight, labels, context, scale_logits, **_unused,
 ) -> FusedTopkOutput:
     """Top-``k`` ids and log-probs of softmax(logits / temperature), fused.
 

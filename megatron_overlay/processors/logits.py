@@ -7,14 +7,10 @@ per-token loss [b, s] with them.
 
 from __future__ import annotations
 
-from .registry import register
 
-
-@register("logits")
 def logits(
-    *, hidden_states, output_layer, output_weight, labels, loss_mask, input_ids,
-    position_ids, attention_mask, decoder_input, inference_context, packed_seq_params,
-    runtime_gather_output, context, compute_language_model_loss, scale_logits, config,
+    *, hidden_states, output_layer, output_weight, labels, runtime_gather_output,
+    compute_language_model_loss, scale_logits, **_unused,
 ):
     output, _ = output_layer(hidden_states, weight=output_weight,
                              runtime_gather_output=runtime_gather_output)

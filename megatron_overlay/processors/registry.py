@@ -1,22 +1,43 @@
 """Output processors by name.
 
-A processor is any callable with megatron-core 0.18's ``output_processor`` signature (16
-keyword arguments). Built-ins register themselves on import; third-party packages register
-through the ``megatron_overlay.output_processors`` entry-point group
-(``name = "package.module:callable"``), imported only when their name is first resolved,
-so a broken plugin never breaks another name. The overlay core's forward calls
-:func:`resolve` when it is given a string, so a name works wherever a callable does.
+A processor is any callable the hook can call (:class:`..hook.OutputProcessor`). The
+built-ins are the table :data:`BUILTINS`; third-party packages register through the
+``megatron_overlay.output_processors`` entry-point group (``name =
+"package.module:callable"``) or :func:`register`. A built-in or an entry point is imported
+only when its name is first resolved, so resolving one name imports only its own module
+(torch for the built-ins), and a broken plugin never breaks another name. The overlay
+core's forward calls :func:`resolve` when it is given a string, so a name works wherever a
+callable does.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
-from typing import Callable
+
+from ..hook import OutputProcessor
 
 ENTRY_POINT_GROUP = "megatron_overlay.output_processors"
-_REGISTRY: dict[str, Callable] = {}  # built-ins, register()ed and already-loaded plugins
+
+# The built-in processors, the one list of their names: name -> "module:attribute".
+BUILTINS = {
+    "fused_logprob": "megatron_overlay.processors.fused_logprob:fused_logprob",
+    "fused_ce_loss": "megatron_overlay.processors.fused_logprob:fused_ce_loss",
+    "fused_topk_logprobs": "megatron_overlay.processors.fused_topk_logprobs:fused_topk_logprobs",
+    "fused_logprobs_at": "megatron_overlay.processors.fused_logprobs_at:fused_logprobs_at",
+    "logits": "megatron_overlay.processors.logits:logits",
+}
+
+_REGISTRY: dict[str, OutputProcessor] = {}  # loaded built-ins, register()ed, loaded plugins
 _ENTRY_POINTS: dict[str, importlib.metadata.EntryPoint] | None = None  # found, not loaded
-_BUILTINS_LOADED = False
+
+
+def _registered(name: str) -> OutputProcessor | None:
+    """The processor registered or built in under ``name`` (a built-in imported now)."""
+    if name not in _REGISTRY and name in BUILTINS:
+        module, attribute = BUILTINS[name].split(":")
+        _REGISTRY[name] = getattr(importlib.import_module(module), attribute)
+    return _REGISTRY.get(name)
 
 
 def register(name: str):
@@ -24,21 +45,14 @@ def register(name: str):
     if not isinstance(name, str) or not name:
         raise ValueError(f"processor name must be a non-empty string, got {name!r}")
 
-    def decorator(func: Callable) -> Callable:
-        existing = _REGISTRY.get(name)
+    def decorator(func: OutputProcessor) -> OutputProcessor:
+        existing = _registered(name)
         if existing is not None and existing is not func:
             raise ValueError(f"output processor {name!r} is already registered ({existing!r})")
         _REGISTRY[name] = func
         return func
 
     return decorator
-
-
-def _load_builtins() -> None:
-    global _BUILTINS_LOADED
-    if not _BUILTINS_LOADED:
-        _BUILTINS_LOADED = True
-        from . import builtin  # noqa: F401  (registers the built-ins)
 
 
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
@@ -60,7 +74,7 @@ def _describe(entry: importlib.metadata.EntryPoint) -> str:
             f"(group {ENTRY_POINT_GROUP!r})")
 
 
-def _load_entry_point(entry: importlib.metadata.EntryPoint) -> Callable:
+def _load_entry_point(entry: importlib.metadata.EntryPoint) -> OutputProcessor:
     try:
         func = entry.load()
     except Exception as err:
@@ -76,12 +90,11 @@ def _load_entry_point(entry: importlib.metadata.EntryPoint) -> Callable:
 
 
 def available() -> list[str]:
-    """The names :func:`resolve` accepts (plugins are listed without being imported)."""
-    _load_builtins()
-    return sorted(set(_REGISTRY) | set(_entry_points()))
+    """The names :func:`resolve` accepts (none is imported to list it)."""
+    return sorted(set(BUILTINS) | set(_REGISTRY) | set(_entry_points()))
 
 
-def resolve(name_or_callable) -> Callable:
+def resolve(name_or_callable) -> OutputProcessor:
     """A processor from its registered name; a callable is returned as it is.
 
     Built-ins and ``register()``-ed names come first; a name only an entry point provides
@@ -93,8 +106,7 @@ def resolve(name_or_callable) -> Callable:
         raise TypeError(
             f"output_processor must be a callable or a registered name (str), "
             f"got {type(name_or_callable).__name__}")
-    _load_builtins()
-    func = _REGISTRY.get(name_or_callable)
+    func = _registered(name_or_callable)
     if func is not None:
         return func
     entry = _entry_points().get(name_or_callable)

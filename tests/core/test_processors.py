@@ -129,3 +129,81 @@ def test_builtins_are_plain_callables_on_an_upstream_native_core(fused_runs, tre
                                plain[f"{name}/fused"]["log_probs"])
             assert torch.equal(named[f"{name}/fused"]["entropy"],
                                plain[f"{name}/fused"]["entropy"])
+
+
+# ---------------------------------------------------------------- the hook's contract
+
+def test_the_declared_keywords_are_0_18s():
+    """hook.PROCESSOR_KWARGS is what 0.18.0 passes (test_hook_contract.py checks that the
+    patched and native cores pass exactly processors_018's copy of them, in order)."""
+    from megatron_overlay.hook import PROCESSOR_KWARGS
+
+    from ..support.processors_018 import HOOK_KWARGS_018
+
+    assert PROCESSOR_KWARGS == HOOK_KWARGS_018
+
+
+class _OutputLayer(torch.nn.Module):
+    """ColumnParallelLinear's call, at TP 1, on one gloo rank."""
+
+    def __init__(self, vocab: int, hidden: int):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(vocab, hidden, dtype=torch.float32))
+        self.tp_group = torch.distributed.group.WORLD
+        self.sequence_parallel = False
+
+    def forward(self, hidden, weight=None, runtime_gather_output=None):
+        return hidden @ (self.weight if weight is None else weight).t(), None
+
+
+@pytest.fixture()
+def one_rank(tmp_path):
+    """A one-rank gloo group, as the processors read the output layer's TP group."""
+    dist = torch.distributed
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1),
+                                rank=0, world_size=1)
+    yield
+    if started:
+        dist.destroy_process_group()
+
+
+def _hook_kwargs(name: str) -> dict:
+    """What the hook passes, for a [b=2, s=3] batch over a vocab of 11."""
+    from megatron_overlay.hook import PROCESSOR_KWARGS
+
+    gen = torch.Generator().manual_seed(0)
+    batch, seq, hidden, vocab = 2, 3, 5, 11
+    labels = torch.randint(0, vocab, (batch, seq), generator=gen)
+    contexts = {"fused_logprob": {"temperature": 0.7}, "fused_topk_logprobs": {"k": 3},
+                "fused_logprobs_at": {"token_ids": torch.randint(0, vocab, (batch, seq, 2),
+                                                                 generator=gen)}}
+    kwargs = dict.fromkeys(PROCESSOR_KWARGS)
+    kwargs.update(
+        hidden_states=torch.randn(seq, batch, hidden, dtype=torch.float32, generator=gen),
+        output_layer=_OutputLayer(vocab, hidden), labels=labels,
+        loss_mask=torch.ones(batch, seq), context=contexts.get(name),
+        compute_language_model_loss=lambda labels, logits: torch.nn.functional.cross_entropy(
+            logits.permute(1, 2, 0), labels, reduction="none"),  # [s, b, v] -> [b, s]
+        scale_logits=lambda logits: logits, runtime_gather_output=False)
+    return kwargs
+
+
+def _tensors(result) -> dict:
+    return dict(result.items()) if hasattr(result, "items") else {"": result}
+
+
+def test_every_builtin_takes_a_keyword_a_later_release_adds(one_rank):
+    """A 17th keyword from a future megatron changes nothing: each built-in, by name."""
+    from megatron_overlay import processors
+
+    for name in processors.BUILTINS:
+        torch.manual_seed(0)
+        kwargs = _hook_kwargs(name)
+        plain = _tensors(processors.resolve(name)(**kwargs))
+        extended = _tensors(processors.resolve(name)(**kwargs, added_in_a_later_release=1))
+        assert plain.keys() == extended.keys(), name
+        for key, value in plain.items():
+            assert (value is None and extended[key] is None) or torch.equal(
+                value, extended[key]), (name, key)

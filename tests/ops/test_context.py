@@ -68,13 +68,10 @@ def test_a_required_key_must_be_given():
 
 def test_the_builtin_processors_use_it_before_any_work():
     """Both fused built-ins refuse a misspelled key before touching their tensor arguments."""
+    from megatron_overlay.hook import PROCESSOR_KWARGS
     from megatron_overlay.processors.fused_logprob import fused_ce_loss, fused_logprob
 
-    kwargs = {name: None for name in (
-        "hidden_states", "output_layer", "output_weight", "labels", "loss_mask", "input_ids",
-        "position_ids", "attention_mask", "decoder_input", "inference_context",
-        "packed_seq_params", "runtime_gather_output", "compute_language_model_loss",
-        "scale_logits", "config")}
+    kwargs = {name: None for name in PROCESSOR_KWARGS if name != "context"}
     with pytest.raises(ValueError, match="did you mean 'temperature'"):
         fused_logprob(context={"temprature": 0.7}, **kwargs)
     # fused_ce_loss computes no entropy, so return_entropy is not one of its keys

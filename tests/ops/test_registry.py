@@ -17,6 +17,30 @@ def test_builtins_are_registered():
     assert processors.resolve("fused_logprob").__name__ == "fused_logprob"
 
 
+def test_listing_imports_no_processor_and_a_name_imports_only_its_own(tmp_path):
+    """The built-ins are a table of "module:attr" targets, imported on first use of a name."""
+    out = _run_with(tmp_path, """
+        import sys
+        from megatron_overlay import processors
+        assert set(processors.available()) == set(processors.BUILTINS)
+        loaded = lambda: sorted(m for m in sys.modules
+                                if m.startswith("megatron_overlay.processors."))
+        assert loaded() == ["megatron_overlay.processors.registry"], loaded()
+        assert "torch" not in sys.modules
+        assert processors.resolve("logits").__module__ == "megatron_overlay.processors.logits"
+        assert "torch" not in sys.modules and "megatron_overlay.processors.fused_logprob" \
+            not in sys.modules, loaded()
+    """)
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_builtin_name_cannot_be_taken():
+    with pytest.raises(ValueError, match="'logits' is already registered"):
+        processors.register("logits")(lambda **kw: None)
+    builtin = processors.resolve("logits")
+    assert processors.register("logits")(builtin) is builtin  # the same function: fine
+
+
 def test_callables_pass_through():
     def mine(**kwargs):
         return kwargs
