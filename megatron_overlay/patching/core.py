@@ -33,7 +33,6 @@ JOURNAL = "megatron_overlay.journal"
 GPT_MODEL = "megatron/core/models/gpt/gpt_model.py"
 
 
-
 class State(StrEnum):
     """A core's state, named as `megatron-overlay status` prints it. A str: it compares
     equal to, formats as and serializes to JSON as its name."""
@@ -375,7 +374,8 @@ def _writing(site):
                 marker.unlink()
             yield locate(site)
     except OSError as err:
-        # the transaction has rolled back what it wrote; recovery by the next run otherwise
+        # replace_all rolls back what it wrote before it raises (and where it cannot, its
+        # journal has the next writing run do it)
         raise PatchError(f"cannot modify megatron-core in {core.site}: {os_error_reason(err)}. "
                          f"Run with permission to modify this environment; `megatron-overlay "
                          f"status` tells the core's state") from err

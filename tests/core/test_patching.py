@@ -157,3 +157,13 @@ def test_every_release_has_a_patch_set():
     for release in releases:
         ps = patching.find_patch_set(release)
         assert ps.hook == ("native" if Version(release) >= Version("0.18") else "backport")
+
+
+def test_states_read_as_their_names():
+    """State is a StrEnum: comparisons, f-strings and the CLI's JSON see the bare names."""
+    assert [str(state) for state in patching.State] == [
+        "native", "patched", "unpatched", "modified", "unsupported"]
+    assert patching.PATCHED == "patched" and f"{patching.UNPATCHED}" == "unpatched"
+    st = patching.Status(None, None, patching.UNSUPPORTED)
+    assert json.dumps(st.to_dict()).startswith(
+        '{"core_version": null, "release": null, "state": "unsupported", ')
