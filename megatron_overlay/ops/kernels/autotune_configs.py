@@ -98,17 +98,23 @@ BACKWARD_CANDIDATES = [
 ]
 
 
-def forward_config(dtype: torch.dtype, use_tma: bool, interpret: bool) -> KernelConfig:
+# Per stage: (fp32 inputs with TMA, 16-bit inputs with TMA, pointer loads).
+_DEFAULTS = {"forward": (FORWARD_FP32, FORWARD_16BIT, FORWARD_PORTABLE),
+             "backward": (BACKWARD_FP32, BACKWARD_16BIT, BACKWARD_PORTABLE)}
+
+
+def _default(stage: str, dtype: torch.dtype, use_tma: bool, interpret: bool) -> KernelConfig:
     if interpret:
         return INTERPRETER
+    fp32, bit16, portable = _DEFAULTS[stage]
     if not use_tma:
-        return FORWARD_PORTABLE
-    return FORWARD_FP32 if dtype == torch.float32 else FORWARD_16BIT
+        return portable
+    return fp32 if dtype == torch.float32 else bit16
+
+
+def forward_config(dtype: torch.dtype, use_tma: bool, interpret: bool) -> KernelConfig:
+    return _default("forward", dtype, use_tma, interpret)
 
 
 def backward_config(dtype: torch.dtype, use_tma: bool, interpret: bool) -> KernelConfig:
-    if interpret:
-        return INTERPRETER
-    if not use_tma:
-        return BACKWARD_PORTABLE
-    return BACKWARD_FP32 if dtype == torch.float32 else BACKWARD_16BIT
+    return _default("backward", dtype, use_tma, interpret)
