@@ -5,14 +5,14 @@ the number of tokens N in the call and the row's position, when this is on (the 
 ``MEGATRON_OVERLAY_BATCH_INVARIANT=0`` turns it off). What it takes, per path:
 
 * Triton (ops/kernels/): the vocab split count of the forward depends on V and the GPU
-  only, never on N (``triton_impl.choose_splits``); splits are merged by a kernel that
-  folds them in a fixed order per row; rows are never split across programs.
+  only, never on N (``logprob_forward.choose_splits``); splits are merged by a kernel
+  that folds them in a fixed order per row; rows are never split across programs.
 * torch (CPU): every GEMM and every element-wise tile op runs on fixed-size token tiles
   (the last one zero-padded), because BLAS results can depend on the M dimension; and
   transcendental functions on [N] vectors run in fixed-size blocks (``per_element``),
   because ATen computes a vector's tail with the scalar libm function and the rest with
   SIMD code, which can differ in the last bit.
-* The merge of TP shards (linear_logprob.merge_stats) adds shards in rank order.
+* The merge of TP shards (vocab_parallel.merge_stats) adds shards in rank order.
 
 The backward (d_hidden rows) is not covered: cuBLAS picks its algorithm by shape.
 """

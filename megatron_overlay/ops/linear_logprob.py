@@ -8,81 +8,29 @@ global ids, and the per-token statistics of all shards are merged with one all-g
 
 from __future__ import annotations
 
-import os
-from types import ModuleType
-
 import torch
 import torch.distributed as dist
 
-from . import batch_invariance, label_check, torch_chunked
+from . import batch_invariance, label_check
 from .params import LogprobParams
+from .stages import pick_impl
 from .temperature import inverse_temperature
+# validate_matrices: processors/ import it from here too
+from .validation import validate_inputs, validate_matrices
+from .vocab_parallel import merge_stats, shard_labels, vocab_start_of
 
-IMPL_ENV = "MEGATRON_OVERLAY_IMPL"  # "torch" or "triton"; default: triton on CUDA
-
-
-def _triton_impl() -> ModuleType | None:
-    try:
-        from .kernels import triton_impl
-    except ImportError:
-        return None
-    return triton_impl
-
-
-def pick_impl(device: torch.device) -> ModuleType:
-    """The stage implementation for ``device`` (override with $MEGATRON_OVERLAY_IMPL)."""
-    wanted = os.environ.get(IMPL_ENV, "").strip().lower()
-    if wanted == "torch":
-        return torch_chunked
-    if wanted == "triton" or device.type == "cuda":
-        impl = _triton_impl()
-        if impl is not None:
-            return impl
-        if wanted == "triton":
-            raise RuntimeError(f"{IMPL_ENV}=triton but Triton is not importable; "
-                               f"`pip install triton` or unset {IMPL_ENV}")
-    return torch_chunked
-
-
-def merge_stats(stats: torch.Tensor, tp_group) -> torch.Tensor:
-    """Combine per-shard [N, 4] statistics into global ones with a single collective."""
-    world = dist.get_world_size(tp_group)
-    flat = torch.empty((world * stats.shape[0], stats.shape[1]), dtype=stats.dtype,
-                       device=stats.device)
-    dist.all_gather_into_tensor(flat, stats.contiguous(), group=tp_group)
-    gathered = flat.view(world, *stats.shape)
-    shard_max, sum_exp, sum_exp_shifted, z_label = gathered.unbind(2)  # each [world, N]
-    row_max = shard_max.max(dim=0).values
-    weights = batch_invariance.per_element(torch.exp, shard_max - row_max)
-    # each shard's t is relative to its own max: move it to the global one
-    moved = sum_exp_shifted + sum_exp * (shard_max - row_max)
-    # sums in rank order (a reduction kernel's order may depend on N: batch invariance)
-    terms = (sum_exp * weights, moved * weights, z_label)
-    totals = [t[0].clone() for t in terms]
-    for rank in range(1, world):
-        for total, t in zip(totals, terms):
-            total.add_(t[rank])
-    return torch.stack([row_max, *totals], dim=1)
-
-
-def _local_labels(labels: torch.Tensor, vocab_start: int, local_vocab: int,
-                  ignore_index: int) -> torch.Tensor:
-    """Index into this shard, or -1 where the label lives elsewhere or is ignored."""
-    local = labels - vocab_start if vocab_start else labels
-    inside = (local >= 0) & (local < local_vocab) & (labels != ignore_index)
-    return torch.where(inside, local, -1)
-
+__all__ = ["LinearLogprobEntropy", "linear_logprob_entropy", "validate_inputs",
+           "validate_matrices"]
 
 class LinearLogprobEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, params: LogprobParams, tp_group):
         impl = pick_impl(hidden.device)
-        tp = tp_group is not None and dist.get_world_size(tp_group) > 1
+        tp, vocab_start = vocab_start_of(weight, tp_group)
         world = dist.get_world_size(tp_group) if tp else 1
         if hidden.is_cuda:
             label_check.poll()  # earlier calls' label checks that have finished (no wait)
-        vocab_start = dist.get_rank(tp_group) * weight.shape[0] if tp else 0
-        local_labels = _local_labels(labels, vocab_start, weight.shape[0], params.ignore_index)
+        local_labels = shard_labels(labels, vocab_start, weight.shape[0], params.ignore_index)
         inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
         # The big kernel is launched before the label check's dozen small ops: the GPU starts
         # on it while the host enqueues them (a caller that synchronizes after every call
@@ -160,42 +108,3 @@ def linear_logprob_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: t
     world = dist.get_world_size(tp_group) if tp_group is not None else 1
     validate_inputs(hidden, weight, labels, params, vocab_size=weight.shape[0] * world)
     return LinearLogprobEntropy.apply(hidden, weight, labels, params, tp_group)
-
-
-_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def validate_inputs(hidden, weight, labels, params: LogprobParams, vocab_size: int) -> None:
-    """Shapes, dtypes, devices and label range; errors name the argument and the fix."""
-    validate_matrices(hidden, weight)
-    if not isinstance(labels, torch.Tensor) or labels.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"labels must be an int64 tensor of token ids, got "
-                        f"{labels.dtype if isinstance(labels, torch.Tensor) else type(labels)}")
-    if labels.shape != hidden.shape[:1]:
-        raise ValueError(f"labels must have shape [{hidden.shape[0]}] (one id per token), got "
-                         f"{tuple(labels.shape)}")
-    if labels.device != hidden.device or weight.device != hidden.device:
-        raise ValueError(f"hidden ({hidden.device}), weight ({weight.device}) and labels "
-                         f"({labels.device}) must be on one device")
-    # The label range: here on CPU and in strict mode (one sync on CUDA); otherwise on the
-    # device, inside the op, raised later without a sync (ops/label_check.py).
-    if not labels.is_cuda or label_check.strict_mode(params.strict_labels):
-        label_check.check_eagerly(labels, vocab_size, params.ignore_index)
-
-
-def validate_matrices(hidden, weight) -> None:
-    """hidden [N, H] and weight [V, H]: shapes and dtypes (shared by the fused ops)."""
-    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
-        raise ValueError(f"hidden must be a 2-D [tokens, hidden] tensor, got "
-                         f"{tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden)}")
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
-        raise ValueError("weight must be a 2-D [vocab, hidden] tensor")
-    if hidden.dtype not in _FLOAT_DTYPES or weight.dtype not in _FLOAT_DTYPES:
-        raise TypeError(f"hidden and weight must be float32, bfloat16 or float16, got "
-                        f"{hidden.dtype} and {weight.dtype}")
-    if hidden.dtype != weight.dtype:
-        raise TypeError(f"hidden ({hidden.dtype}) and weight ({weight.dtype}) must share a "
-                        f"dtype; cast one, e.g. hidden.to(weight.dtype)")
-    if hidden.shape[1] != weight.shape[1]:
-        raise ValueError(f"hidden size mismatch: hidden is {tuple(hidden.shape)}, weight is "
-                         f"{tuple(weight.shape)}; weight must be [vocab, {hidden.shape[1]}]")

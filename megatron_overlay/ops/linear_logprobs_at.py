@@ -5,7 +5,7 @@
 E.g. a teacher's top-k ids: the student's log-probs at them, differentiable w.r.t. hidden
 and weight. The log-sum-exp (and entropy) come from the log-prob stage
 (``forward_stats`` with no label, torch or Triton by device); the K logits per token from
-``logits_at`` (sparse). Backward: d/dz sum_i g_i log p(y_i) = sum_i g_i 1[j = y_i] - p_j
+the stages' ``logits_at`` (sparse). Backward: d/dz sum_i g_i log p(y_i) = sum_i g_i 1[j = y_i] - p_j
 sum_i g_i, i.e. the log-prob stage's backward with no label and g = sum_i g_i (the dense
 part) plus the indicator terms, passed to it as ``sparse_ids`` / ``sparse_grads``.
 Vocab-parallel TP as in linear_logprob.py: ``weight`` is this rank's shard, ids are global.
@@ -17,44 +17,15 @@ import torch
 import torch.distributed as dist
 
 from . import label_check
-from .linear_logprob import merge_stats, pick_impl, validate_matrices
-from .logits_at import logits_at
 from .params import LogprobParams
+from .stages import pick_impl
 from .temperature import inverse_temperature
+# validate_token_ids: processors/ import it from here too
+from .validation import validate_matrices, validate_token_ids
+from .vocab_parallel import merge_stats, shard_ids, vocab_start_of
 
-
-def validate_token_ids(token_ids, n_tokens: int, vocab_size: int, device, name="token_ids",
-                       strict: bool | None = None):
-    """[N, K] int64 ids in [0, vocab_size); errors name ``name`` and the fix.
-
-    The range: checked here on CPU and in strict mode (``strict``, else
-    $MEGATRON_OVERLAY_STRICT_LABELS; one sync on CUDA); otherwise on the device inside the
-    op, raised later without a sync (ops/label_check.py)."""
-    if not isinstance(token_ids, torch.Tensor) or token_ids.dtype not in (torch.int64,
-                                                                          torch.int32):
-        got = token_ids.dtype if isinstance(token_ids, torch.Tensor) else type(token_ids).__name__
-        raise TypeError(f"{name} must be an int64 tensor of vocab ids, got {got}; pass e.g. "
-                        f"{name}.long()")
-    if token_ids.dim() != 2 or token_ids.shape[0] != n_tokens or token_ids.shape[1] < 1:
-        raise ValueError(f"{name} must have shape [{n_tokens}, k] (k >= 1 ids per token), "
-                         f"got {tuple(token_ids.shape)}")
-    if token_ids.device != device:
-        raise ValueError(f"{name} is on {token_ids.device} but the hidden states are on "
-                         f"{device}; move it, e.g. {name}.to(hidden.device)")
-    if not token_ids.is_cuda or label_check.strict_mode(strict):
-        label_check.check_ids_eagerly(token_ids, vocab_size, name)
-
-
-def shard_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int) -> torch.Tensor:
-    """Global ids -> indices into this vocab shard, -1 where an id lives elsewhere."""
-    local = ids - vocab_start
-    return torch.where((local >= 0) & (local < local_vocab), local, torch.full_like(local, -1))
-
-
-def vocab_start_of(weight: torch.Tensor, tp_group) -> tuple[bool, int]:
-    """(tensor-parallel?, first global id of this rank's shard); shards in rank order."""
-    tp = tp_group is not None and dist.get_world_size(tp_group) > 1
-    return tp, dist.get_rank(tp_group) * weight.shape[0] if tp else 0
+__all__ = ["LinearLogprobsAt", "backward_at_ids", "entropy_from_stats", "linear_logprobs_at",
+           "validate_token_ids"]
 
 
 def backward_at_ids(impl, hidden, weight, local_ids, inv_t, lse, mean_z, grad_at_ids,
@@ -80,7 +51,7 @@ def backward_at_ids(impl, hidden, weight, local_ids, inv_t, lse, mean_z, grad_at
 
 
 def entropy_from_stats(stats: torch.Tensor):
-    """(lse, mean_z, entropy) from merged [N, 4] statistics (see torch_chunked.py)."""
+    """(lse, mean_z, entropy) from merged [N, 4] statistics (ops/stages.py)."""
     row_max, sum_exp, sum_exp_shifted, _ = stats.unbind(1)
     log_sum_exp = torch.log(sum_exp)
     mean_shifted = sum_exp_shifted / sum_exp  # E[z] - max z
@@ -107,8 +78,7 @@ class LinearLogprobsAt(torch.autograd.Function):
         bad_rows = bad.any(dim=1)
         token_ids = torch.where(bad, 0, token_ids)
         local_ids = shard_ids(token_ids, vocab_start, weight.shape[0])
-        # the Triton stages gather in a kernel (kernels/gather_dot.py); torch: logits_at.py
-        z_at = getattr(impl, "logits_at", logits_at)(hidden, weight, local_ids, inv_t)
+        z_at = impl.logits_at(hidden, weight, local_ids, inv_t)
         if tp:
             stats = merge_stats(stats, tp_group)
             dist.all_reduce(z_at, group=tp_group)  # each id lives in exactly one shard

@@ -14,19 +14,19 @@ gathered and merged (ids global). The gradient is that of the log-probs at the c
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
-from . import label_check, torch_chunked, torch_topk
-from .linear_logprob import _local_labels, merge_stats, pick_impl, validate_inputs, \
-    validate_matrices
-from .linear_logprobs_at import backward_at_ids, entropy_from_stats, shard_ids, vocab_start_of
+from . import label_check
+from .linear_logprobs_at import backward_at_ids, entropy_from_stats
 from .params import LogprobParams
+from .stages import pick_topk_impl
 from .temperature import inverse_temperature
 from .topk_merge import PAD_ID, order_candidates
+from .validation import validate_inputs, validate_matrices
+from .vocab_parallel import merge_stats, shard_ids, shard_labels, vocab_start_of
 
 MAX_K = 256
 
@@ -36,18 +36,6 @@ class TopkLogprobs(NamedTuple):
     topk_log_probs: torch.Tensor           # [N, k] fp32
     log_probs: torch.Tensor | None = None  # [N] fp32 at the labels (with labels)
     entropy: torch.Tensor | None = None    # [N] fp32 (return_entropy)
-
-
-def pick_topk_impl(device: torch.device) -> tuple[ModuleType, ModuleType]:
-    """(top-k stage, log-prob stages) for ``device``; the same choice as pick_impl."""
-    impl = pick_impl(device)
-    if impl is torch_chunked:
-        return torch_topk, impl
-    try:
-        from .kernels import triton_topk
-    except ImportError:
-        return torch_topk, impl
-    return triton_topk, impl
 
 
 def _merge_shards(values: torch.Tensor, ids: torch.Tensor, k: int, tp_group):
@@ -80,8 +68,8 @@ class LinearTopkLogprobs(torch.autograd.Function):
             bad = label_check.bad_labels(labels, vocab, params.ignore_index)
             if hidden.is_cuda:
                 label_check.defer(bad, labels, vocab, params.ignore_index)
-            local_labels = _local_labels(labels, vocab_start, weight.shape[0],
-                                         params.ignore_index)
+            local_labels = shard_labels(labels, vocab_start, weight.shape[0],
+                                        params.ignore_index)
         else:
             local_labels = torch.full((n,), -1, dtype=torch.int64, device=hidden.device)
         inv_t = inverse_temperature(params.temperature, n, hidden.device)

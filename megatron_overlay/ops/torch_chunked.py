@@ -3,24 +3,9 @@
 Tokens x vocab tiles, fp32 accumulation, online log-sum-exp: memory O(N + TOKEN_CHUNK x
 VOCAB_CHUNK), never O(N x V). Backward recomputes each tile's logits.
 
-Stage contract, shared with the Triton kernels (ops/kernels/):
-  inv_temperature: a Python float (one temperature for every row) or an fp32 [N] tensor
-      on the hidden states' device (row i scaled by inv_temperature[i]; NaN for a row
-      whose temperature was invalid, see ops/temperature.py). Every stage takes either.
-  forward_stats(hidden [N,H], weight [V,H], local_labels [N] (index into this vocab shard,
-      or -1), inv_temperature, with_entropy) -> [N, 4] fp32 per-token statistics of
-      z = (hidden @ weight.T) * inv_temperature (per row) over this shard:
-      (m = max z, s = sum exp(z - m), t = sum exp(z - m) * (z - m), z[label] or 0);
-      t is taken relative to the max so that entropy = log s - t / s has no cancellation
-      between two large numbers (lse and E[z]) at low temperatures
-  backward(hidden, weight, local_labels, inv_temperature, lse [N], mean_z [N] or None,
-      grad_logprob [N], grad_entropy [N] or None, *, d_weight_dtype=None,
-      d_hidden_dtype=None) -> (d_hidden [N,H] partial over this shard, d_weight [V,H]),
-      each accumulated in fp32 and rounded once to its dtype argument, default fp32.
-      Optional ``sparse_ids`` [N, K] (indices into this shard, or -1) with ``sparse_grads``
-      [N, K] fp32: adds sum_i sparse_grads[n, i] 1[j = sparse_ids[n, i]] to d(loss)/dz, the
-      indicator terms of log-probs at several ids per token (repeats add up); used by
-      linear_logprobs_at / linear_topk_logprobs with local_labels all -1.
+The log-prob stages of ops/stages.py (``LogprobStages``: the contract): forward_stats,
+backward, and logits_at (sparse: token chunks bound the gathered weight rows to
+GATHER_BUDGET_BYTES). ``token_chunk`` / ``vocab_chunk``: tile sizes, for tests.
 """
 
 from __future__ import annotations
@@ -41,10 +26,13 @@ def row_slice(inv_temperature, rows: slice):
 # CPU matmul, small enough that peak memory does not grow with N or V.
 TOKEN_CHUNK = 1024
 VOCAB_CHUNK = 4096
+# logits_at: K ids per token are N x K dot products of length H, K / V of a logits GEMM,
+# so plain torch on any device is enough; token chunks bound the gathered weight rows.
+GATHER_BUDGET_BYTES = 32 << 20
 
 
 def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
-                  inv_temperature, with_entropy: bool,
+                  inv_temperature, with_entropy: bool, *,
                   token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK) -> torch.Tensor:
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
     stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=hidden.device)
@@ -123,3 +111,21 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             d_weight[v0:v0 + vocab_chunk] += grad_z.T @ h
     return (d_hidden.to(d_hidden_dtype or torch.float32),
             d_weight.to(d_weight_dtype or torch.float32))
+
+
+def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tensor,
+              inv_temperature) -> torch.Tensor:
+    n, k = local_ids.shape
+    out = torch.zeros(n, k, dtype=torch.float32, device=hidden.device)
+    if n == 0 or k == 0:
+        return out
+    here = local_ids >= 0
+    safe = torch.where(here, local_ids, torch.zeros_like(local_ids))
+    step = max(1, GATHER_BUDGET_BYTES // max(1, k * hidden.shape[1] * 4))
+    for n0 in range(0, n, step):
+        rows = slice(n0, n0 + step)
+        w = weight[safe[rows]].float()                       # [c, K, H]
+        z = torch.bmm(w, hidden[rows].float().unsqueeze(2)).squeeze(2)
+        z = z * row_slice(inv_temperature, rows)
+        out[rows] = torch.where(here[rows], z, torch.zeros_like(z))
+    return out

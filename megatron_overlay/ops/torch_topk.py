@@ -1,16 +1,10 @@
 """The chunked torch implementation of the top-k forward stage (CPU, and the reference).
 
-Stage contract, shared with the Triton kernel (ops/kernels/triton_topk.py):
-  topk_stats(hidden [N,H], weight [V,H], local_labels [N] (index into this vocab shard, or
-      -1), inv_temperature (float or fp32 [N], see ops/torch_chunked.py), with_entropy, k)
-      -> (stats [N, 4] fp32 exactly as torch_chunked.forward_stats,
-          values [N, k] fp32: the k largest z = (hidden @ weight.T) * inv_temperature of
-              this shard, descending, ties to the lower id,
-          ids [N, k] int64: their indices into this shard; a shard with fewer than k
-              columns pads with (-inf, topk_merge.PAD_ID))
-Here the statistics come from torch_chunked.forward_stats on the same token chunk (its
-math, not a copy of it; one extra matmul per chunk on this reference path). The Triton
-kernel feeds each logits tile to both in one pass.
+The top-k stage of ops/stages.py (``TopkStage``: the contract), shared with the Triton
+kernel (ops/kernels/topk_forward.py). Here the statistics come from
+torch_chunked.forward_stats on the same token chunk (its math, not a copy of it; one
+extra matmul per chunk on this reference path). The Triton kernel feeds each logits tile
+to both in one pass.
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ from .torch_chunked import TOKEN_CHUNK, VOCAB_CHUNK, forward_stats, row_slice
 
 
 def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
-               inv_temperature, with_entropy: bool, k: int,
+               inv_temperature, with_entropy: bool, k: int, *,
                token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK):
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
     values = torch.full((n_tokens, k), float("-inf"), dtype=torch.float32, device=hidden.device)

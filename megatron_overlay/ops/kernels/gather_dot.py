@@ -1,6 +1,6 @@
 """Logits at a few given vocab ids per token: one row's K dot products, on the GPU.
 
-The contract of ops/logits_at.py (its docstring): z [N, K] fp32 = (hidden @ weight.T)[n, id]
+The stage contract's ``logits_at`` (ops/stages.py): z [N, K] fp32 = (hidden @ weight.T)[n, id]
 * inv_t[n], 0 where the id is -1 (another vocab shard). One program owns one token row and
 BLOCK_I of its ids: it walks the hidden size in BLOCK_H chunks, loading the row's chunk once
 and the ids' weight-row chunks in the input dtype, and accumulates the products in fp32.
@@ -8,8 +8,18 @@ The weight rows are read once per (token, id) in 16 bits, where the torch path g
 them into an fp32 copy first (three times the bytes, and a bmm over it).
 """
 
+from __future__ import annotations
+
+import torch
 import triton
 import triton.language as tl
+
+from .launch import check_device, interpreting, inv_t_args, rowmajor
+
+# ids per program and hidden columns per step ([32, 256] fp32 products: 64 registers a
+# thread at 4 warps).
+GATHER_BLOCK_IDS = 32
+GATHER_BLOCK_H = 256
 
 
 @triton.jit
@@ -34,3 +44,23 @@ def gather_dot_kernel(h_ptr, w_ptr, ids_ptr, inv_t_ptr, out_ptr, H, K, stride_h,
     if ROW_INV_T:
         inv_t = tl.load(inv_t_ptr + row)
     tl.store(out_ptr + row.to(tl.int64) * K + j, tl.where(here, acc * inv_t, 0.0), mask=valid)
+
+
+def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tensor,
+              inv_temperature) -> torch.Tensor:
+    """The stage contract's logits_at on this kernel."""
+    check_device(hidden, weight, local_ids)
+    n, k = local_ids.shape
+    out = torch.zeros(n, k, dtype=torch.float32, device=hidden.device)
+    if n == 0 or k == 0:
+        return out
+    hidden, weight = rowmajor(hidden), rowmajor(weight)
+    ids = local_ids.contiguous()
+    inv_t_rows, inv_t = inv_t_args(inv_temperature)
+    block_i = max(2, min(GATHER_BLOCK_IDS, triton.next_power_of_2(k)))
+    grid = (n, triton.cdiv(k, block_i))
+    gather_dot_kernel[grid](hidden, weight, ids, out if inv_t_rows is None else inv_t_rows, out,
+                            hidden.shape[1], k, hidden.stride(0), weight.stride(0), inv_t,
+                            ROW_INV_T=inv_t_rows is not None, BLOCK_I=block_i,
+                            BLOCK_H=16 if interpreting() else GATHER_BLOCK_H, num_warps=4)
+    return out

@@ -6,7 +6,7 @@ registers, with z = acc * inv_t and p = exp(z - lse):
     d logits = inv_t * ( 1[j = label] * g_lp  -  p * (g_lp + g_ent * (z - E_p[z])) )
 
 (d/dz log p_y = 1[j=y] - p_j; d/dz H = -p_j (z_j - E_p[z]); dz/dlogit = 1/T), stored in
-the input dtype to a [rows, vocab-chunk] buffer. Stage 2 (triton_impl.backward) hands
+the input dtype to a [rows, vocab-chunk] buffer. Stage 2 (gemm_fp32.py) hands
 that buffer to cuBLAS for the two gradient GEMMs, d_hidden += G @ W and d_W = G.T @ h,
 with fp32 outputs: at H in the thousands a [BLOCK_M, H] fp32 d_hidden accumulator does not
 fit on chip, so fusing those GEMMs into this kernel would mean fp32 atomics over the whole
@@ -17,12 +17,27 @@ Persistent grid: ``num_progs`` programs stride over the tiles in grouped order; 
 ``FLATTEN`` the compiler flattens tile and K loops so the next tile's loads overlap this
 tile's epilogue (the pattern of Triton's persistent-matmul tutorial). ``num_progs`` equal to
 the tile count gives the plain one-tile-per-program grid.
+
+Launch (below the kernel): ``backward``, the stage contract's backward (ops/stages.py):
+token blocks and vocab chunks under a memory budget, this kernel, the sparse terms
+(sparse_grad.py) and the two GEMMs (gemm_fp32.py).
 """
 
+from __future__ import annotations
+
+import math
+
+import torch
 import triton
 import triton.language as tl
 
+from . import autotune_configs
 from ._tiles import dot_nt, grouped_ids, load_tile
+from .autotune_configs import KernelConfig
+from .gemm_fp32 import matmul_fp32
+from .launch import (check_device, dot_precision, interpreting, inv_t_args, rowmajor,
+                     sm_count, tile_source, tma_aligned, tma_supported, upcast_dot)
+from .sparse_grad import add_sparse_grad
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -93,3 +108,136 @@ def grad_logits_kernel(
         else:
             ptrs = g_dst + rows[:, None].to(tl.int64) * stride_g + cols[None, :]
             tl.store(ptrs, grad, mask=(rows[:, None] < N) & (cols[None, :] < V))
+
+
+# ----------------------------------------------------------------------------- launch
+
+def _vocab_chunk(n_tokens: int, vocab: int, elem: int, block_v: int, budget: int) -> int:
+    chunks = max(1, math.ceil(n_tokens * vocab * elem / budget))
+    width = triton.cdiv(triton.cdiv(vocab, chunks), block_v) * block_v
+    return min(width, triton.cdiv(vocab, block_v) * block_v)
+
+
+def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+             inv_temperature, lse: torch.Tensor, mean_z: torch.Tensor | None,
+             grad_logprob: torch.Tensor, grad_entropy: torch.Tensor | None, *,
+             config: KernelConfig | None = None, use_tma: bool | None = None,
+             chunk_budget: int | None = None, d_weight_dtype: torch.dtype | None = None,
+             d_hidden_dtype: torch.dtype | None = None, block_tokens: int | None = None,
+             sparse_ids: torch.Tensor | None = None, sparse_grads: torch.Tensor | None = None):
+    """The contract's backward. Opt-in extras (defaults fp32, as the contract says):
+    ``d_weight_dtype`` / ``d_hidden_dtype`` let cuBLAS write the gradients in e.g. the
+    inputs' dtype, saving an fp32 copy of each and its cast.
+
+    Memory (autotune_configs.BACKWARD_EXTRA_BUDGET_BYTES): tokens go in blocks of
+    ``block_tokens``; each block's d_hidden is accumulated over vocab chunks in fp32 and
+    rounded once; d_weight is written by the first block and accumulated by the others
+    (in d_weight_dtype: one rounding per token block; a single block, N <= block_tokens,
+    is exactly one rounding of an fp32-accumulated product). ``chunk_budget`` caps the
+    d(logits) chunk's bytes (tests), default what the budget leaves.
+
+    ``sparse_ids`` / ``sparse_grads``: the contract's sparse indicator terms, added to each
+    d(logits) chunk by sparse_grad.py before the GEMMs."""
+    check_device(hidden, weight, local_labels)
+    n_tokens, hidden_size = hidden.shape
+    vocab = weight.shape[0]
+    dev = hidden.device
+    if n_tokens == 0 or vocab == 0:
+        return (torch.zeros(n_tokens, hidden_size, dtype=torch.float32, device=dev),
+                torch.zeros(vocab, hidden_size, dtype=torch.float32, device=dev))
+    dw_dtype = d_weight_dtype or torch.float32
+    dh_dtype = d_hidden_dtype or torch.float32
+    if not hidden.is_cuda or hidden.dtype == torch.float16:
+        # CPU (interpreter) path; fp16's scaled buffer (below) is unscaled in fp32
+        dw_dtype = dh_dtype = torch.float32
+    # Both are written whole: d_hidden block by block, d_weight by the first token block.
+    d_hidden = torch.empty(n_tokens, hidden_size, dtype=dh_dtype, device=dev)
+    d_weight = torch.empty(vocab, hidden_size, dtype=dw_dtype, device=dev)
+    hidden, weight = rowmajor(hidden), rowmajor(weight)
+    has_entropy = grad_entropy is not None and mean_z is not None
+    f32 = lambda t: t.to(torch.float32).contiguous()  # noqa: E731
+    lse, g_lp = f32(lse), f32(grad_logprob)
+    mean_z = f32(mean_z) if has_entropy else lse
+    g_ent = f32(grad_entropy) if has_entropy else lse
+
+    tma = tma_supported(hidden, weight) if use_tma is None else use_tma
+    cfg = config or autotune_configs.backward_config(hidden.dtype, tma, interpreting())
+
+    # fp16 only: d(logits) ~ p * g underflows fp16 for typical loss scales (g ~ 1/N), so
+    # the buffer holds it times 1 / max|g| and the GEMM results are scaled back.
+    unscale = None
+    if hidden.dtype == torch.float16:
+        unscale = g_lp.abs().amax()
+        if has_entropy:
+            unscale = unscale + g_ent.abs().amax()
+        unscale = unscale.clamp_min(1e-30).reshape(1)
+        scale = (1.0 / unscale).contiguous()
+    else:
+        scale = lse  # unused (HAS_SCALE=False)
+
+    elem = hidden.element_size()
+    block_rows = min(n_tokens, block_tokens or autotune_configs.BACKWARD_BLOCK_TOKENS)
+    # the fp32 accumulator of one token block's d_hidden, unless d_hidden is fp32 itself
+    acc_bytes = 0 if dh_dtype == torch.float32 else block_rows * hidden_size * 4
+    budget = chunk_budget or max(autotune_configs.BACKWARD_EXTRA_BUDGET_BYTES - acc_bytes,
+                                 autotune_configs.BACKWARD_MIN_CHUNK_BYTES)
+    width_max = _vocab_chunk(block_rows, vocab, elem, cfg.block_v, budget)
+    row_pitch = triton.cdiv(width_max, 16 // elem) * (16 // elem)  # 16-byte aligned rows
+    grad_buf = torch.empty(block_rows, row_pitch, dtype=hidden.dtype, device=dev)
+    dh_acc = None if acc_bytes == 0 else torch.empty(block_rows, hidden_size,
+                                                     dtype=torch.float32, device=dev)
+    labels = local_labels.contiguous()
+    inv_t_rows, inv_t = inv_t_args(inv_temperature)
+    sparse = None
+    if sparse_ids is not None:  # d(logits) entries: g * inv_t (and the fp16 buffer's scale)
+        vals = sparse_grads.float() * (inv_t if inv_t_rows is None else inv_t_rows[:, None])
+        if unscale is not None:
+            vals = vals * scale
+        sparse = (sparse_ids.to(torch.int32).contiguous(), vals.contiguous())
+
+    for r0 in range(0, n_tokens, block_rows):
+        rows = min(block_rows, n_tokens - r0)
+        blk = slice(r0, r0 + rows)
+        h_blk, lab_blk = hidden[blk], labels[blk]
+        dh = d_hidden[blk] if dh_acc is None else dh_acc[:rows]
+        num_m = triton.cdiv(rows, cfg.block_m)
+        for v0 in range(0, vocab, width_max):
+            width = min(width_max, vocab - v0)
+            w_chunk = weight[v0:v0 + width]
+            grad = grad_buf[:rows, :width]
+            chunk_tma = tma and tma_aligned(w_chunk) and tma_aligned(h_blk)
+            num_tiles = num_m * triton.cdiv(width, cfg.block_v)
+            progs = min(num_tiles, sm_count(dev)) if cfg.persistent else num_tiles
+            grad_logits_kernel[(progs,)](
+                tile_source(h_blk, [cfg.block_m, cfg.block_k], chunk_tma),
+                tile_source(w_chunk, [cfg.block_v, cfg.block_k], chunk_tma),
+                tile_source(grad, [cfg.block_m, cfg.block_v], chunk_tma),
+                lab_blk - v0 if v0 else lab_blk, lse[blk], mean_z[blk], g_lp[blk], g_ent[blk],
+                scale, lse if inv_t_rows is None else inv_t_rows[blk],
+                rows, width, hidden_size, h_blk.stride(0), w_chunk.stride(0), grad.stride(0),
+                inv_t, cfg.group_m, progs,
+                BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
+                HAS_ENTROPY=has_entropy, HAS_SCALE=unscale is not None, USE_TMA=chunk_tma,
+                FLATTEN=cfg.loop == 1, WARP_SPEC=cfg.warp_specialize,
+                DOT_PRECISION=dot_precision(hidden.dtype), UPCAST_DOT=upcast_dot(hidden.dtype),
+                ROW_INV_T=inv_t_rows is not None,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            )
+            if sparse is not None:
+                add_sparse_grad(grad, sparse[0][blk], sparse[1][blk], v0, width)
+            matmul_fp32(grad, w_chunk, dh, accumulate=v0 > 0)
+            dw = d_weight[v0:v0 + width]
+            if d_weight.dtype == hidden.dtype and hidden.dtype != torch.float32:
+                if r0 == 0:
+                    torch.mm(grad.T, h_blk, out=dw)
+                else:  # cuBLAS: fp32 accumulation, one rounding of (dw + grad.T @ h)
+                    dw.addmm_(grad.T, h_blk)
+            else:
+                matmul_fp32(grad.T, h_blk, dw, accumulate=r0 > 0)
+        if dh_acc is not None:
+            d_hidden[blk].copy_(dh)
+
+    if unscale is not None:
+        d_hidden.mul_(unscale)
+        d_weight.mul_(unscale)
+    return d_hidden, d_weight

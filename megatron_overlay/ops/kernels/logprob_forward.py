@@ -24,18 +24,28 @@ in separate warps); Triton 3.6 does not apply it to these loops on sm_90 (the TT
 warp_specialize op; its docs say Blackwell), so the default leaves it off. The nested form
 with TMA loads and 3 pipeline stages already runs at cuBLAS's speed (docs/BENCHMARKS.md).
 All forms run under TRITON_INTERPRET=1 with pointer loads.
+
+Launch (below the kernel): ``forward_stats``, the stage contract's forward (ops/stages.py):
+the split count, row blocks under batch invariance, and the splits' merge (merge_splits.py).
 """
 
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
 import triton
 import triton.language as tl
 
-from ._tiles import dot_nt, grouped_ids, load_tile
-
-LOG2E = tl.constexpr(1.4426950408889634)
-LN2 = tl.constexpr(0.6931471805599453)
-# Stands in for -inf in the padded columns of the last vocab tile (divided by inv_t, so
-# that z stays finite): exp of it is 0 and, unlike -inf, 0 * it is 0, so t stays finite.
-NEG_BIG = tl.constexpr(-1.0e30)
+from .. import batch_invariance
+from . import autotune_configs
+from ._online_stats import empty_stats, fold_max, label_logit, pad_tile, store_stats, work_item
+from ._tiles import dot_nt, load_tile
+from .autotune_configs import KernelConfig
+from .launch import (check_device, dot_precision, interpreting, inv_t_args, rowmajor,
+                     sm_count, tile_source, tma_supported, upcast_dot)
+from .merge_splits import merge_splits
 
 
 @triton.jit
@@ -49,49 +59,11 @@ def _fold_tile(acc, v0, labels, V, inv_t, inv_t_col, m_i, s_i, t_i, zl_i,
     ``inv_t`` / ``inv_t_col``: the same scalar twice, or (per-row temperatures) the rows'
     values as [BLOCK_M] and as [BLOCK_M, 1], for the row sums and for the tile.
     """
-    zl_i += _label_logit(acc, v0, labels, inv_t, BLOCK_V)
-    acc = _pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
-    m_i, s_i, t_i = _fold_max(acc, tl.max(acc, axis=1), inv_t, inv_t_col, m_i, s_i, t_i,
-                              WITH_ENTROPY)
+    zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
+    acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
+    m_i, s_i, t_i = fold_max(acc, tl.max(acc, axis=1), inv_t, inv_t_col, m_i, s_i, t_i,
+                             WITH_ENTROPY)
     return m_i, s_i, t_i, zl_i
-
-
-@triton.jit
-def _label_logit(acc, v0, labels, inv_t, BLOCK_V: tl.constexpr):
-    """z[label] of each row within this tile (0 where the label is elsewhere): at most one
-    column of one tile matches; inv_t applied to the row sum."""
-    cols = v0 + tl.arange(0, BLOCK_V)
-    return tl.sum(tl.where(cols[None, :] == labels[:, None], acc, 0.0), axis=1) * inv_t
-
-
-@triton.jit
-def _pad_tile(acc, v0, V, inv_t_col, BLOCK_V: tl.constexpr):
-    """Only the last vocab tile has padded (zero-filled) columns: NEG_BIG there."""
-    if v0 + BLOCK_V > V:
-        cols = v0 + tl.arange(0, BLOCK_V)
-        acc = tl.where(cols[None, :] < V, acc, NEG_BIG / tl.maximum(inv_t_col, 1.0))
-    return acc
-
-
-@triton.jit
-def _fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i, WITH_ENTROPY: tl.constexpr):
-    """The fold of a padded tile whose row maxima ``acc_max`` (raw) are known.
-
-    Work in log2 units: with u = (z - m) log2(e), exp(z - m) = exp2(u) costs one FMA and
-    one MUFU op per logit, and t = ln(2) sum exp2(u) u.
-    """
-    # inv_t > 0, so max(acc) * inv_t == max(acc * inv_t) bit for bit.
-    m_new = tl.maximum(m_i, acc_max * inv_t)
-    m2 = m_new * LOG2E
-    alpha = tl.exp2(m_i * LOG2E - m2)
-    u = acc * (inv_t_col * LOG2E) - m2[:, None]
-    p = tl.exp2(u)
-    if WITH_ENTROPY:
-        # move t's reference point from m to m_new: t' = alpha (t + s (m - m_new))
-        moved = tl.where(s_i > 0, s_i * (m_i - m_new), 0.0)
-        t_i = alpha * (t_i + moved) + tl.sum(p * u, axis=1) * LN2
-    s_i = s_i * alpha + tl.sum(p, axis=1)
-    return m_new, s_i, t_i
 
 
 @triton.jit
@@ -106,24 +78,11 @@ def forward_stats_kernel(
 ):
     """``ROW_INV_T``: per-row inverse temperatures at ``inv_t_ptr`` [N] (``inv_t`` unused);
     else the scalar ``inv_t`` for every row (``inv_t_ptr`` unused)."""
-    pid = tl.program_id(0)
-    num_m = tl.cdiv(N, BLOCK_M)
-    pid_m, split = grouped_ids(pid, num_m, num_splits, group_m)
-    m0 = pid_m * BLOCK_M
-    rows = m0 + tl.arange(0, BLOCK_M)
-    labels = tl.load(labels_ptr + rows, mask=rows < N, other=-1).to(tl.int32)
-    inv_t_col = inv_t
-    if ROW_INV_T:
-        inv_t = tl.load(inv_t_ptr + rows, mask=rows < N, other=1.0)
-        inv_t_col = inv_t[:, None]
-    v_begin = split * tiles_per_split
-    v_end = tl.minimum(v_begin + tiles_per_split, tl.cdiv(V, BLOCK_V))
+    split, m0, rows, labels, inv_t, inv_t_col, v_begin, v_end = work_item(
+        labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, group_m,
+        BLOCK_M, BLOCK_V, ROW_INV_T)
     k_tiles = tl.cdiv(H, BLOCK_K)
-
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    s_i = tl.zeros([BLOCK_M], tl.float32)
-    t_i = tl.zeros([BLOCK_M], tl.float32)
-    zl_i = tl.zeros([BLOCK_M], tl.float32)
+    m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
 
     if LOOP == 2:
         acc = tl.zeros((BLOCK_M, BLOCK_V), tl.float32)
@@ -149,9 +108,91 @@ def forward_stats_kernel(
             m_i, s_i, t_i, zl_i = _fold_tile(acc, v0, labels, V, inv_t, inv_t_col,
                                               m_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY)
 
-    out = part_ptr + (split.to(tl.int64) * N + rows) * 4
-    keep = rows < N
-    tl.store(out + 0, m_i, mask=keep)
-    tl.store(out + 1, s_i, mask=keep)
-    tl.store(out + 2, t_i, mask=keep)
-    tl.store(out + 3, zl_i, mask=keep)
+    store_stats(part_ptr, split, rows, N, m_i, s_i, t_i, zl_i)
+
+
+# ----------------------------------------------------------------------------- launch
+
+@functools.lru_cache(maxsize=4096)
+def choose_splits(num_m: int, num_v: int, n_rows: int, num_sms: int, group_m: int):
+    """(splits, vocab tiles per split) for the forward grid.
+
+    Maximizes the busy fraction of the last wave over split counts whose partial
+    statistics fit PARTIAL_STATS_BUDGET_BYTES, with at least num_sms / group_m splits so one
+    wave spans about one group of token tiles (its hidden tiles stay in L2).
+    """
+    cap = max(1, min(num_v, autotune_configs.PARTIAL_STATS_BUDGET_BYTES // (16 * max(n_rows, 1))))
+    low = max(1, min(cap, math.ceil(num_sms / group_m)))
+    best = (-1.0, 1, num_v)
+    for s in range(low, cap + 1):
+        per_split = math.ceil(num_v / s)
+        splits = math.ceil(num_v / per_split)  # no empty splits
+        waves = math.ceil(num_m * splits / num_sms)
+        busy = (num_m * num_v) / (waves * num_sms * per_split)
+        if busy > best[0] + 1e-3:
+            best = (busy, splits, per_split)
+    return best[1], best[2]
+
+
+def forward_splits(n_tokens: int, num_v: int, num_sms: int, cfg: KernelConfig):
+    """(splits, vocab tiles per split, tokens per launch).
+
+    Batch invariant (the default, ops/batch_invariance.py): the splits are chosen for a
+    fixed token count (autotune_configs.INVARIANT_SPLIT_TOKENS), so they depend on V and
+    the GPU only; the partial statistics' budget is kept by launching on row blocks
+    instead (rows never interact). Otherwise: chosen for N (one launch).
+    """
+    if not batch_invariance.enabled():
+        splits, per_split = choose_splits(triton.cdiv(n_tokens, cfg.block_m), num_v, n_tokens,
+                                          num_sms, cfg.group_m)
+        return splits, per_split, n_tokens
+    ref = autotune_configs.INVARIANT_SPLIT_TOKENS
+    splits, per_split = choose_splits(triton.cdiv(ref, cfg.block_m), num_v, ref, num_sms,
+                                      cfg.group_m)
+    rows = autotune_configs.PARTIAL_STATS_BUDGET_BYTES // (16 * splits)
+    rows = max(cfg.block_m, rows // cfg.block_m * cfg.block_m)
+    return splits, per_split, min(rows, n_tokens)
+
+
+def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+                  inv_temperature, with_entropy: bool, *,
+                  config: KernelConfig | None = None, use_tma: bool | None = None) -> torch.Tensor:
+    check_device(hidden, weight, local_labels)
+    n_tokens, hidden_size = hidden.shape
+    vocab = weight.shape[0]
+    stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=hidden.device)
+    if n_tokens == 0 or vocab == 0:
+        stats[:, 0] = float("-inf")
+        return stats
+    hidden, weight = rowmajor(hidden), rowmajor(weight)
+    labels = local_labels.contiguous()
+    tma = tma_supported(hidden, weight) if use_tma is None else use_tma
+    cfg = config or autotune_configs.forward_config(hidden.dtype, tma, interpreting())
+
+    num_v = triton.cdiv(vocab, cfg.block_v)
+    splits, per_split, block_rows = forward_splits(n_tokens, num_v, sm_count(hidden.device), cfg)
+    part = None if splits == 1 else torch.empty(splits, block_rows, 4, dtype=torch.float32,
+                                                device=hidden.device)
+    inv_t_rows, inv_t = inv_t_args(inv_temperature)
+    for r0 in range(0, n_tokens, block_rows):
+        rows = min(block_rows, n_tokens - r0)
+        h = hidden[r0:r0 + rows]
+        # the kernel writes a contiguous [splits, rows, 4] block
+        out = stats[r0:r0 + rows] if part is None else \
+            part.view(-1)[:splits * rows * 4].view(splits, rows, 4)
+        forward_stats_kernel[(triton.cdiv(rows, cfg.block_m) * splits,)](
+            tile_source(h, [cfg.block_m, cfg.block_k], tma),
+            tile_source(weight, [cfg.block_v, cfg.block_k], tma),
+            labels[r0:r0 + rows], out,
+            stats if inv_t_rows is None else inv_t_rows[r0:r0 + rows],
+            rows, vocab, hidden_size, h.stride(0), weight.stride(0), inv_t,
+            splits, per_split, cfg.group_m,
+            BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
+            WITH_ENTROPY=bool(with_entropy), USE_TMA=tma, LOOP=cfg.loop,
+            WARP_SPEC=cfg.warp_specialize, DOT_PRECISION=dot_precision(hidden.dtype),
+            UPCAST_DOT=upcast_dot(hidden.dtype), ROW_INV_T=inv_t_rows is not None,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+        if part is not None:
+            merge_splits(out, stats[r0:r0 + rows], bool(with_entropy))
+    return stats

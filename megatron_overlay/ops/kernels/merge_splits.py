@@ -2,13 +2,17 @@
 
 One program owns BLOCK rows and folds the S splits in split order, so each row's result
 depends on its own values only (batch invariance: a reduction kernel of torch's may
-split the S axis differently for different N). As linear_logprob.merge_stats merges TP
+split the S axis differently for different N). As vocab_parallel.merge_stats merges TP
 shards: m = max over splits, s = sum s_i e^(m_i - m), t = sum (t_i + s_i (m_i - m))
 e^(m_i - m) (each split's t is relative to its own max), z[label] = sum z_i.
+Shared by the log-prob and top-k forward stages.
 """
 
+import torch
 import triton
 import triton.language as tl
+
+MERGE_BLOCK = 256  # token rows per program
 
 
 @triton.jit
@@ -37,3 +41,10 @@ def merge_splits_kernel(part_ptr, stats_ptr, N, num_splits,
     tl.store(dst + 1, sum_s, mask=keep)
     tl.store(dst + 2, sum_t, mask=keep)
     tl.store(dst + 3, z_label, mask=keep)
+
+
+def merge_splits(part: torch.Tensor, stats: torch.Tensor, with_entropy: bool) -> None:
+    """[S, rows, 4] per-split statistics -> ``stats`` [rows, 4]."""
+    n_rows = stats.shape[0]
+    merge_splits_kernel[(triton.cdiv(n_rows, MERGE_BLOCK),)](
+        part, stats, n_rows, part.shape[0], WITH_ENTROPY=with_entropy, BLOCK=MERGE_BLOCK)

@@ -11,6 +11,7 @@ repeated ids (e.g. a label that is also a top-k id) onto their first occurrence,
 each sum to the buffer entry in fp32, rounding once to the buffer's dtype.
 """
 
+import torch
 import triton
 import triton.language as tl
 
@@ -33,3 +34,12 @@ def add_sparse_grad_kernel(g_ptr, stride_g, ids_ptr, vals_ptr, K, v0, width,
     ptrs = g_ptr + row.to(tl.int64) * stride_g + cols
     old = tl.load(ptrs, mask=write, other=0.0).to(tl.float32)
     tl.store(ptrs, (old + total).to(g_ptr.dtype.element_ty), mask=write)
+
+
+def add_sparse_grad(grad: torch.Tensor, ids: torch.Tensor, vals: torch.Tensor, v0: int,
+                    width: int) -> None:
+    """grad [rows, width] (columns v0 ...) += the rows' (ids [rows, K] int32, vals [rows, K]
+    fp32) entries that fall in it."""
+    k = ids.shape[1]
+    add_sparse_grad_kernel[(grad.shape[0],)](grad, grad.stride(0), ids, vals, k, v0, width,
+                                             KP=triton.next_power_of_2(k))

@@ -2,7 +2,7 @@
 
 The same work items as logprob_forward.py (a tile of BLOCK_M tokens x a range of vocab
 tiles), on the same 128 x 256 tile: each logits tile is folded into the four statistics
-(``_fold_max``, shared) and then offered to a per-row top-k kept in registers, [BLOCK_M,
+(``_online_stats.fold_max``, shared) and then offered to a per-row top-k kept in registers, [BLOCK_M,
 KP] values and ids (KP: k rounded up to a power of two; slots >= k hold +inf and are never
 evicted or stored).
 
@@ -26,13 +26,28 @@ within a work item. Rounds per tile: at most k; the first tiles of a split fill 
 
 Each item writes its statistics to ``part`` and its (unordered) top-k to ``part_v`` /
 ``part_i``; the host orders and merges the splits (topk_merge.order_candidates).
+
+Launch (below the kernels): ``topk_stats``, the top-k stage contract (ops/stages.py): the
+split count, the statistics' merge (merge_splits.py) and the top-k lists' merge.
 """
 
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
 import triton
 import triton.language as tl
 
-from ._tiles import dot_nt, grouped_ids, load_tile
-from .logprob_forward import _fold_max, _label_logit, _pad_tile
+from ..topk_merge import PAD_ID, order_candidates
+from . import autotune_configs
+from ._online_stats import empty_stats, fold_max, label_logit, pad_tile, store_stats, work_item
+from ._tiles import dot_nt, load_tile
+from .autotune_configs import KernelConfig
+from .launch import (check_device, dot_precision, interpreting, inv_t_args, rowmajor,
+                     sm_count, tile_source, tma_supported, upcast_dot)
+from .merge_splits import merge_splits
 
 
 @triton.jit
@@ -107,24 +122,11 @@ def topk_stats_kernel(
     WITH_ENTROPY: tl.constexpr, USE_TMA: tl.constexpr, DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr, ROW_INV_T: tl.constexpr, OPAQUE_COLUMNS: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    num_m = tl.cdiv(N, BLOCK_M)
-    pid_m, split = grouped_ids(pid, num_m, num_splits, group_m)
-    m0 = pid_m * BLOCK_M
-    rows = m0 + tl.arange(0, BLOCK_M)
-    labels = tl.load(labels_ptr + rows, mask=rows < N, other=-1).to(tl.int32)
-    inv_t_col = inv_t
-    if ROW_INV_T:
-        inv_t = tl.load(inv_t_ptr + rows, mask=rows < N, other=1.0)
-        inv_t_col = inv_t[:, None]
-    v_begin = split * tiles_per_split
-    v_end = tl.minimum(v_begin + tiles_per_split, tl.cdiv(V, BLOCK_V))
+    split, m0, rows, labels, inv_t, inv_t_col, v_begin, v_end = work_item(
+        labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, group_m,
+        BLOCK_M, BLOCK_V, ROW_INV_T)
     k_tiles = tl.cdiv(H, BLOCK_K)
-
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    s_i = tl.zeros([BLOCK_M], tl.float32)
-    t_i = tl.zeros([BLOCK_M], tl.float32)
-    zl_i = tl.zeros([BLOCK_M], tl.float32)
+    m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
     slots = tl.arange(0, KP)
     # slots >= K: +inf, never the minimum; placeholder ids >= V mark unfilled slots
     run_v = tl.where(slots[None, :] < K, float("-inf"), float("inf")) \
@@ -138,23 +140,130 @@ def topk_stats_kernel(
             a = load_tile(h_src, m0, kk * BLOCK_K, N, H, stride_h, BLOCK_M, BLOCK_K, USE_TMA)
             b = load_tile(w_src, v0, kk * BLOCK_K, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
             acc = dot_nt(a, b, acc, DOT_PRECISION, UPCAST_DOT)
-        zl_i += _label_logit(acc, v0, labels, inv_t, BLOCK_V)
-        acc = _pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
+        zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
+        acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
         acc_max, arg_max = tl.max(acc, axis=1, return_indices=True,
                                   return_indices_tie_break_left=True)
         run_v, run_i = _offer_tile(acc, acc_max, arg_max, v0, run_v, run_i, BLOCK_M, BLOCK_V,
                                    KP, OPAQUE_COLUMNS)
-        m_i, s_i, t_i = _fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i, WITH_ENTROPY)
+        m_i, s_i, t_i = fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i, WITH_ENTROPY)
 
+    store_stats(part_ptr, split, rows, N, m_i, s_i, t_i, zl_i)
     keep = rows < N
-    out = part_ptr + (split.to(tl.int64) * N + rows) * 4
-    tl.store(out + 0, m_i, mask=keep)
-    tl.store(out + 1, s_i, mask=keep)
-    tl.store(out + 2, t_i, mask=keep)
-    tl.store(out + 3, zl_i, mask=keep)
     # raw -> z; padded columns (ids >= V: a split with fewer than k real columns) -> -inf
     run_v = tl.where(run_i < V, run_v * inv_t_col, float("-inf"))
     top = (split.to(tl.int64) * N + rows[:, None]) * K + slots[None, :]
     top_mask = keep[:, None] & (slots[None, :] < K)
     tl.store(part_v_ptr + top, run_v, mask=top_mask)
     tl.store(part_i_ptr + top, run_i, mask=top_mask)
+
+
+# ----------------------------------------------------------------------------- launch
+
+# The per-split top-k lists ([splits, N, k] values and ids, 8 bytes a pair, plus the 16 bytes
+# of statistics) stay under this, and the host merges them a block of rows at a time with
+# about MERGE_BUDGET_BYTES of sort temporaries: the issue's forward target is <= 64 MiB
+# beyond the outputs.
+TOPK_PARTIAL_BUDGET_BYTES = 32 << 20
+MERGE_BUDGET_BYTES = 16 << 20
+# A work item's fixed cost in vocab tiles (pipeline fill, its first tiles' top-k rounds, its
+# partial lists and their merge): what makes 33 splits of 18 tiles slower than 2 of 297.
+ITEM_COST_TILES = 2
+
+# The log-prob forward's tile (128 x 256, 8 warps, one work item per multiprocessor): the
+# running top-k works on the raw accumulator and keeps only [128, k] values and ids beside
+# it (the kernel above). fp32 inputs: a narrower tile (3xTF32 dots need more registers).
+# Interpreter: tiny tiles.
+TOPK_16BIT = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8)
+TOPK_FP32 = KernelConfig(128, 64, 32, num_warps=8, num_stages=3, group_m=8)
+# What tools/bench_distill.py --sweep tries.
+CANDIDATES = [TOPK_16BIT, KernelConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=8),
+              KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=16)]
+
+
+def _config(dtype: torch.dtype) -> KernelConfig:
+    if interpreting():
+        return autotune_configs.forward_config(dtype, False, True)
+    return TOPK_FP32 if dtype == torch.float32 else TOPK_16BIT
+
+
+@functools.lru_cache(maxsize=4096)
+def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int) -> tuple[int, int]:
+    """(splits, vocab tiles per split), under the partial-list budget.
+
+    The span, waves x (tiles per work item + ITEM_COST_TILES) (the last wave's idle
+    multiprocessors count), is what the GEMM costs; among split counts within 1% of the
+    shortest span, k > 8 takes the fewest (each split starts with an empty top-k, whose
+    first tiles take up to k rounds each), k <= 8 the one nearest two waves (fewer token
+    tiles in flight keep their hidden rows in L2). Picked from a sweep of split counts on
+    one H200 (docs/BENCHMARKS.md).
+    """
+    cap = max(1, min(num_v, TOPK_PARTIAL_BUDGET_BYTES // ((16 + 8 * k) * max(n_rows, 1))))
+    two_waves = max(1, min(cap, math.ceil(2 * num_sms / num_m)))
+
+    def span(splits: int) -> int:
+        per_split = math.ceil(num_v / splits)
+        waves = math.ceil(num_m * math.ceil(num_v / per_split) / num_sms)
+        return waves * (per_split + ITEM_COST_TILES)
+
+    shortest = min(span(s) for s in range(1, cap + 1))
+    near = [s for s in range(1, cap + 1) if span(s) <= shortest * 1.01]
+    chosen = near[0] if k > 8 else min(near, key=lambda s: (abs(s - two_waves), s))
+    per_split = math.ceil(num_v / chosen)
+    return math.ceil(num_v / per_split), per_split
+
+
+def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+               inv_temperature, with_entropy: bool, k: int, *,
+               config: KernelConfig | None = None, use_tma: bool | None = None,
+               splits: int | None = None):
+    check_device(hidden, weight, local_labels)
+    n_tokens, hidden_size = hidden.shape
+    vocab = weight.shape[0]
+    dev = hidden.device
+    stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=dev)
+    if n_tokens == 0 or vocab == 0:
+        stats[:, 0] = float("-inf")
+        return (stats, torch.full((n_tokens, k), float("-inf"), device=dev),
+                torch.full((n_tokens, k), PAD_ID, dtype=torch.int64, device=dev))
+    hidden, weight = rowmajor(hidden), rowmajor(weight)
+    labels = local_labels.contiguous()
+    tma = tma_supported(hidden, weight) if use_tma is None else use_tma
+    cfg = config or _config(hidden.dtype)
+
+    num_m = triton.cdiv(n_tokens, cfg.block_m)
+    num_v = triton.cdiv(vocab, cfg.block_v)
+    if splits is None:
+        splits, per_split = _splits(num_m, num_v, n_tokens, k, sm_count(dev))
+    else:  # tools: a given split count (fewer where the vocab tiles run out)
+        per_split = math.ceil(num_v / max(1, min(splits, num_v)))
+        splits = math.ceil(num_v / per_split)
+    part = stats if splits == 1 else torch.empty(splits, n_tokens, 4, dtype=torch.float32,
+                                                 device=dev)
+    part_v = torch.empty(splits, n_tokens, k, dtype=torch.float32, device=dev)
+    part_i = torch.empty(splits, n_tokens, k, dtype=torch.int32, device=dev)
+    inv_t_rows, inv_t = inv_t_args(inv_temperature)
+    topk_stats_kernel[(num_m * splits,)](
+        tile_source(hidden, [cfg.block_m, cfg.block_k], tma),
+        tile_source(weight, [cfg.block_v, cfg.block_k], tma),
+        labels, part, part_v, part_i, stats if inv_t_rows is None else inv_t_rows,
+        n_tokens, vocab, hidden_size, k, hidden.stride(0), weight.stride(0), inv_t,
+        splits, per_split, cfg.group_m,
+        BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
+        KP=triton.next_power_of_2(k), WITH_ENTROPY=bool(with_entropy), USE_TMA=tma,
+        DOT_PRECISION=dot_precision(hidden.dtype), UPCAST_DOT=upcast_dot(hidden.dtype),
+        ROW_INV_T=inv_t_rows is not None, OPAQUE_COLUMNS=not interpreting(),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if splits > 1:
+        merge_splits(part, stats, bool(with_entropy))
+    values = torch.empty(n_tokens, k, dtype=torch.float32, device=dev)
+    ids = torch.empty(n_tokens, k, dtype=torch.int64, device=dev)
+    step = max(1, MERGE_BUDGET_BYTES // (48 * splits * k))  # ~48 bytes of temporaries a pair
+    for r0 in range(0, n_tokens, step):
+        rows = slice(r0, r0 + step)
+        cand_i = part_i[:, rows].permute(1, 0, 2).reshape(-1, splits * k).long()
+        cand_i = torch.where(cand_i >= vocab, PAD_ID, cand_i)  # unfilled slots
+        cand_v = part_v[:, rows].permute(1, 0, 2).reshape(-1, splits * k)
+        values[rows], ids[rows] = order_candidates(cand_v, cand_i, k)
+    return stats, values, ids

@@ -1,0 +1,103 @@
+"""Device helpers of the two forward kernels (logprob_forward.py, topk_forward.py).
+
+Both kernels walk the same work items (a tile of BLOCK_M tokens x a range of vocab tiles,
+a "split") and keep the same four running per-token statistics in registers, folded one
+logits tile at a time: m = max z, s = sum exp(z - m), t = sum exp(z - m) (z - m) (relative
+to the running max, as the stage contract has it), zl = z[label]; each item writes them
+to ``part[split]`` ([splits, N, 4] fp32) for the host's merge (merge_splits.py).
+"""
+
+import triton
+import triton.language as tl
+
+from ._tiles import grouped_ids
+
+LOG2E = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471805599453)
+# Stands in for -inf in the padded columns of the last vocab tile (divided by inv_t, so
+# that z stays finite): exp of it is 0 and, unlike -inf, 0 * it is 0, so t stays finite.
+NEG_BIG = tl.constexpr(-1.0e30)
+
+
+@triton.jit
+def work_item(labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, group_m,
+              BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, ROW_INV_T: tl.constexpr):
+    """This program's work item, in grouped order: (split, first token row m0, the token
+    rows, their labels, inv_t, inv_t_col, first vocab tile, end vocab tile).
+
+    ``ROW_INV_T``: per-row inverse temperatures at ``inv_t_ptr`` [N], returned as
+    [BLOCK_M] (``inv_t``, for row sums) and [BLOCK_M, 1] (``inv_t_col``, for tiles); else
+    the scalar ``inv_t`` twice (``inv_t_ptr`` unused).
+    """
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(N, BLOCK_M)
+    pid_m, split = grouped_ids(pid, num_m, num_splits, group_m)
+    m0 = pid_m * BLOCK_M
+    rows = m0 + tl.arange(0, BLOCK_M)
+    labels = tl.load(labels_ptr + rows, mask=rows < N, other=-1).to(tl.int32)
+    inv_t_col = inv_t
+    if ROW_INV_T:
+        inv_t = tl.load(inv_t_ptr + rows, mask=rows < N, other=1.0)
+        inv_t_col = inv_t[:, None]
+    v_begin = split * tiles_per_split
+    v_end = tl.minimum(v_begin + tiles_per_split, tl.cdiv(V, BLOCK_V))
+    return split, m0, rows, labels, inv_t, inv_t_col, v_begin, v_end
+
+
+@triton.jit
+def empty_stats(BLOCK_M: tl.constexpr):
+    """(m, s, t, zl) of no logits yet."""
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    s_i = tl.zeros([BLOCK_M], tl.float32)
+    t_i = tl.zeros([BLOCK_M], tl.float32)
+    zl_i = tl.zeros([BLOCK_M], tl.float32)
+    return m_i, s_i, t_i, zl_i
+
+
+@triton.jit
+def store_stats(part_ptr, split, rows, N, m_i, s_i, t_i, zl_i):
+    """The item's (m, s, t, zl) to part[split, rows]."""
+    out = part_ptr + (split.to(tl.int64) * N + rows) * 4
+    keep = rows < N
+    tl.store(out + 0, m_i, mask=keep)
+    tl.store(out + 1, s_i, mask=keep)
+    tl.store(out + 2, t_i, mask=keep)
+    tl.store(out + 3, zl_i, mask=keep)
+
+
+@triton.jit
+def label_logit(acc, v0, labels, inv_t, BLOCK_V: tl.constexpr):
+    """z[label] of each row within this tile (0 where the label is elsewhere): at most one
+    column of one tile matches; inv_t applied to the row sum."""
+    cols = v0 + tl.arange(0, BLOCK_V)
+    return tl.sum(tl.where(cols[None, :] == labels[:, None], acc, 0.0), axis=1) * inv_t
+
+
+@triton.jit
+def pad_tile(acc, v0, V, inv_t_col, BLOCK_V: tl.constexpr):
+    """Only the last vocab tile has padded (zero-filled) columns: NEG_BIG there."""
+    if v0 + BLOCK_V > V:
+        cols = v0 + tl.arange(0, BLOCK_V)
+        acc = tl.where(cols[None, :] < V, acc, NEG_BIG / tl.maximum(inv_t_col, 1.0))
+    return acc
+
+
+@triton.jit
+def fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i, WITH_ENTROPY: tl.constexpr):
+    """The fold of a padded tile whose row maxima ``acc_max`` (raw) are known.
+
+    Work in log2 units: with u = (z - m) log2(e), exp(z - m) = exp2(u) costs one FMA and
+    one MUFU op per logit, and t = ln(2) sum exp2(u) u.
+    """
+    # inv_t > 0, so max(acc) * inv_t == max(acc * inv_t) bit for bit.
+    m_new = tl.maximum(m_i, acc_max * inv_t)
+    m2 = m_new * LOG2E
+    alpha = tl.exp2(m_i * LOG2E - m2)
+    u = acc * (inv_t_col * LOG2E) - m2[:, None]
+    p = tl.exp2(u)
+    if WITH_ENTROPY:
+        # move t's reference point from m to m_new: t' = alpha (t + s (m - m_new))
+        moved = tl.where(s_i > 0, s_i * (m_i - m_new), 0.0)
+        t_i = alpha * (t_i + moved) + tl.sum(p * u, axis=1) * LN2
+    s_i = s_i * alpha + tl.sum(p, axis=1)
+    return m_new, s_i, t_i

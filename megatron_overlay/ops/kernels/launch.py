@@ -1,0 +1,91 @@
+"""Host-side helpers every stage launcher uses: devices, load paths, dot settings, arguments.
+
+Paths, picked per call: on Hopper (sm_90+) with 16-byte-aligned rows the kernels read
+through TMA tensor descriptors; elsewhere, and under ``TRITON_INTERPRET=1`` (whose
+descriptor loads are wrong for 16-bit dtypes in Triton 3.7), through plain pointer loads.
+The math is the same code either way (``_tiles.load_tile``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from . import autotune_configs
+from ._tiles import load_tile
+
+
+def interpreting() -> bool:
+    """True when the kernels were built for Triton's interpreter (TRITON_INTERPRET=1 at import)."""
+    return type(load_tile).__name__ == "InterpretedFunction"
+
+
+def check_device(*tensors: torch.Tensor) -> None:
+    if interpreting():
+        return
+    for t in tensors:
+        if not t.is_cuda:
+            raise RuntimeError(
+                f"the Triton kernels need CUDA tensors (got one on {t.device}); use "
+                f"MEGATRON_OVERLAY_IMPL=torch on CPU, or set TRITON_INTERPRET=1 before "
+                f"importing triton to run them in Triton's interpreter")
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """The device's multiprocessors (the interpreter's assumed count off CUDA)."""
+    if device.type != "cuda":
+        return autotune_configs.INTERPRETER_NUM_SMS
+    return _multiprocessors(device.index if device.index is not None
+                            else torch.cuda.current_device())
+
+
+def tma_aligned(t: torch.Tensor) -> bool:
+    return (t.dim() == 2 and t.stride(1) == 1 and t.data_ptr() % 16 == 0
+            and (t.stride(0) * t.element_size()) % 16 == 0)
+
+
+def tma_supported(*tensors: torch.Tensor) -> bool:
+    """Hopper or newer, and every matrix fit for a TMA descriptor."""
+    if interpreting() or not all(t.is_cuda for t in tensors):
+        return False
+    if torch.cuda.get_device_capability(tensors[0].device)[0] < 9:
+        return False
+    return all(tma_aligned(t) for t in tensors)
+
+
+def rowmajor(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def tile_source(t: torch.Tensor, block: list[int], tma: bool):
+    """What a kernel's ``load_tile`` reads ``t`` through: a TMA descriptor or the pointer."""
+    return TensorDescriptor.from_tensor(t, block) if tma else t
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    # fp32 inputs: 3xTF32 keeps fp32-level accuracy on the tensor cores; "ieee" would run
+    # on the FMA units at a tenth of the speed. 16-bit inputs ignore the setting.
+    if interpreting():
+        return "ieee"
+    return "tf32x3" if dtype == torch.float32 else "tf32"
+
+
+def upcast_dot(dtype: torch.dtype) -> bool:
+    # Triton 3.7's interpreter computes bf16 dots wrongly; fp32 operands give the same
+    # products (bf16 -> fp32 is exact) with the same fp32 accumulation.
+    return interpreting() and dtype == torch.bfloat16
+
+
+def inv_t_args(inv_temperature):
+    """(per-row fp32 [N] tensor or None, scalar kernel argument): the contract's
+    inv_temperature, a float or an [N] tensor (kernels: ``ROW_INV_T``)."""
+    if isinstance(inv_temperature, torch.Tensor):
+        return inv_temperature.to(torch.float32).contiguous(), 1.0
+    return None, float(inv_temperature)

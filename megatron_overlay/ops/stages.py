@@ -1,0 +1,109 @@
+"""The stage contract: what the fused ops need from an implementation, and its choice.
+
+Two implementations, picked by device (``pick_impl`` / ``pick_topk_impl``):
+  chunked torch (CPU, and the reference)   ops/torch_chunked.py, ops/torch_topk.py
+  Triton kernels (GPU)                     ops/kernels/triton_impl.py, kernels/triton_topk.py
+Each is a module whose functions satisfy the Protocols below (a module satisfies a
+Protocol structurally: PEP 544, "modules as implementations of protocols"); they may take
+extra keyword-only arguments with defaults, for tools and tests (tile sizes, kernel
+configs), which the ops never pass. tests/ops/test_stages.py checks the signatures.
+
+Shared by every stage:
+  inv_temperature: a Python float (one temperature for every row) or an fp32 [N] tensor
+      on the hidden states' device (row i scaled by inv_temperature[i]; NaN for a row
+      whose temperature was invalid, see ops/temperature.py).
+  local_labels [N] / local_ids [N, K]: indices into this vocab shard (weight [V, H] is
+      this rank's shard), or -1 where the id lives in another shard or there is none.
+  z = (hidden @ weight.T) * inv_temperature (per row), accumulated in fp32.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol, Union
+
+import torch
+
+from . import torch_chunked, torch_topk
+
+InvTemperature = Union[float, torch.Tensor]
+
+IMPL_ENV = "MEGATRON_OVERLAY_IMPL"  # "torch" or "triton"; default: triton on CUDA
+
+
+class LogprobStages(Protocol):
+    """The log-prob / entropy stages (ops/linear_logprob.py, ops/linear_logprobs_at.py)."""
+
+    def forward_stats(self, hidden: torch.Tensor, weight: torch.Tensor,
+                      local_labels: torch.Tensor, inv_temperature: InvTemperature,
+                      with_entropy: bool) -> torch.Tensor:
+        """[N, 4] fp32 per-token statistics of z over this shard: (m = max z,
+        s = sum exp(z - m), t = sum exp(z - m) * (z - m), z[label] or 0). t is taken
+        relative to the max so that entropy = log s - t / s has no cancellation between
+        two large numbers (lse and E[z]) at low temperatures."""
+        ...
+
+    def backward(self, hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+                 inv_temperature: InvTemperature, lse: torch.Tensor,
+                 mean_z: torch.Tensor | None, grad_logprob: torch.Tensor,
+                 grad_entropy: torch.Tensor | None, *,
+                 d_weight_dtype: torch.dtype | None = None,
+                 d_hidden_dtype: torch.dtype | None = None,
+                 sparse_ids: torch.Tensor | None = None,
+                 sparse_grads: torch.Tensor | None = None,
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(d_hidden [N, H] partial over this shard, d_weight [V, H]) of
+        sum grad_logprob * log p[label] + sum grad_entropy * H (lse, mean_z = E_p[z]
+        [N]: from the merged statistics; mean_z and grad_entropy None without entropy),
+        each accumulated in fp32 and rounded once to its dtype argument, default fp32.
+        ``sparse_ids`` [N, K] (local ids, or -1) with ``sparse_grads`` [N, K] fp32 add
+        sum_i sparse_grads[n, i] 1[j = sparse_ids[n, i]] to d(loss)/dz, the indicator
+        terms of log-probs at several ids per token (repeats add up); used by
+        linear_logprobs_at / linear_topk_logprobs with local_labels all -1."""
+        ...
+
+    def logits_at(self, hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tensor,
+                  inv_temperature: InvTemperature) -> torch.Tensor:
+        """z [N, K] fp32 at ``local_ids`` [N, K], and 0 where the id is -1. (Its gradient
+        is backward's ``sparse_ids`` term.)"""
+        ...
+
+
+class TopkStage(Protocol):
+    """The top-k forward stage (ops/linear_topk.py); its backward is LogprobStages.backward
+    with sparse terms."""
+
+    def topk_stats(self, hidden: torch.Tensor, weight: torch.Tensor,
+                   local_labels: torch.Tensor, inv_temperature: InvTemperature,
+                   with_entropy: bool, k: int,
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(stats [N, 4] fp32 exactly as forward_stats, values [N, k] fp32: the k largest
+        z of this shard, descending, ties to the lower id, ids [N, k] int64: their indices
+        into this shard; a shard with fewer than k columns pads with (-inf,
+        topk_merge.PAD_ID))."""
+        ...
+
+
+def _pick(device: torch.device) -> tuple[LogprobStages, TopkStage]:
+    wanted = os.environ.get(IMPL_ENV, "").strip().lower()
+    if wanted != "torch" and (wanted == "triton" or device.type == "cuda"):
+        try:
+            from .kernels import triton_impl, triton_topk
+        except ImportError as err:
+            if wanted == "triton":
+                raise RuntimeError(f"{IMPL_ENV}=triton but Triton is not importable; "
+                                   f"`pip install triton` or unset {IMPL_ENV}") from err
+        else:
+            return triton_impl, triton_topk
+    return torch_chunked, torch_topk
+
+
+def pick_impl(device: torch.device) -> LogprobStages:
+    """The log-prob stages for ``device`` (override with $MEGATRON_OVERLAY_IMPL)."""
+    return _pick(device)[0]
+
+
+def pick_topk_impl(device: torch.device) -> tuple[TopkStage, LogprobStages]:
+    """(top-k stage, log-prob stages) for ``device``; the same choice as pick_impl."""
+    stages, topk = _pick(device)
+    return topk, stages

@@ -1,0 +1,73 @@
+"""Input checks of the fused ops: shapes, dtypes, devices and id ranges.
+
+Errors name the argument and the fix. The id ranges are checked here on CPU and in strict
+mode (one sync on CUDA); otherwise on the device, inside the op, and raised later without
+a sync (ops/label_check.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import label_check
+from .params import LogprobParams
+
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def validate_inputs(hidden, weight, labels, params: LogprobParams, vocab_size: int) -> None:
+    """Shapes, dtypes, devices and label range; errors name the argument and the fix."""
+    validate_matrices(hidden, weight)
+    if not isinstance(labels, torch.Tensor) or labels.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"labels must be an int64 tensor of token ids, got "
+                        f"{labels.dtype if isinstance(labels, torch.Tensor) else type(labels)}")
+    if labels.shape != hidden.shape[:1]:
+        raise ValueError(f"labels must have shape [{hidden.shape[0]}] (one id per token), got "
+                         f"{tuple(labels.shape)}")
+    if labels.device != hidden.device or weight.device != hidden.device:
+        raise ValueError(f"hidden ({hidden.device}), weight ({weight.device}) and labels "
+                         f"({labels.device}) must be on one device")
+    # The label range: here on CPU and in strict mode (one sync on CUDA); otherwise on the
+    # device, inside the op, raised later without a sync (ops/label_check.py).
+    if not labels.is_cuda or label_check.strict_mode(params.strict_labels):
+        label_check.check_eagerly(labels, vocab_size, params.ignore_index)
+
+
+def validate_matrices(hidden, weight) -> None:
+    """hidden [N, H] and weight [V, H]: shapes and dtypes (shared by the fused ops)."""
+    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
+        raise ValueError(f"hidden must be a 2-D [tokens, hidden] tensor, got "
+                         f"{tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden)}")
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise ValueError("weight must be a 2-D [vocab, hidden] tensor")
+    if hidden.dtype not in _FLOAT_DTYPES or weight.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"hidden and weight must be float32, bfloat16 or float16, got "
+                        f"{hidden.dtype} and {weight.dtype}")
+    if hidden.dtype != weight.dtype:
+        raise TypeError(f"hidden ({hidden.dtype}) and weight ({weight.dtype}) must share a "
+                        f"dtype; cast one, e.g. hidden.to(weight.dtype)")
+    if hidden.shape[1] != weight.shape[1]:
+        raise ValueError(f"hidden size mismatch: hidden is {tuple(hidden.shape)}, weight is "
+                         f"{tuple(weight.shape)}; weight must be [vocab, {hidden.shape[1]}]")
+
+
+def validate_token_ids(token_ids, n_tokens: int, vocab_size: int, device, name="token_ids",
+                       strict: bool | None = None):
+    """[N, K] int64 ids in [0, vocab_size); errors name ``name`` and the fix.
+
+    The range: checked here on CPU and in strict mode (``strict``, else
+    $MEGATRON_OVERLAY_STRICT_LABELS; one sync on CUDA); otherwise on the device inside the
+    op, raised later without a sync (ops/label_check.py)."""
+    if not isinstance(token_ids, torch.Tensor) or token_ids.dtype not in (torch.int64,
+                                                                          torch.int32):
+        got = token_ids.dtype if isinstance(token_ids, torch.Tensor) else type(token_ids).__name__
+        raise TypeError(f"{name} must be an int64 tensor of vocab ids, got {got}; pass e.g. "
+                        f"{name}.long()")
+    if token_ids.dim() != 2 or token_ids.shape[0] != n_tokens or token_ids.shape[1] < 1:
+        raise ValueError(f"{name} must have shape [{n_tokens}, k] (k >= 1 ids per token), "
+                         f"got {tuple(token_ids.shape)}")
+    if token_ids.device != device:
+        raise ValueError(f"{name} is on {token_ids.device} but the hidden states are on "
+                         f"{device}; move it, e.g. {name}.to(hidden.device)")
+    if not token_ids.is_cuda or label_check.strict_mode(strict):
+        label_check.check_ids_eagerly(token_ids, vocab_size, name)
