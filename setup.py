@@ -11,7 +11,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     packages=find_packages(include=["megatron_overlay", "megatron_overlay.*"])
     + ["megatron_overlay._patches"],
     # patches/ is shipped inside the package so `megatron-overlay patch` finds it anywhere

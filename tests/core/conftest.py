@@ -76,7 +76,7 @@ def trees(tmp_path_factory, installed):
     root = tmp_path_factory.mktemp("cores")
     upstream = copy_core(root / "upstream")
     patched = copy_core(root / "patched")
-    patching.apply(patched)
+    patching.patch(patched)
     return {"upstream": upstream, "patched": patched}
 
 

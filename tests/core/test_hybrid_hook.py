@@ -103,7 +103,7 @@ def test_a_modified_hybrid_file_is_refused_by_name(core_copy):
     (core_copy / rel).write_bytes((core_copy / rel).read_bytes() + b"\n# a local edit\n")
     before = tree_digest(core_copy)
     with pytest.raises(patching.PatchError) as err:
-        patching.apply(core_copy)
+        patching.patch(core_copy)
     assert rel in str(err.value)
     assert tree_digest(core_copy) == before
 
