@@ -15,8 +15,7 @@ from . import batch_invariance, label_check
 from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
-# validate_matrices: processors/ import it from here too
-from .validation import validate_inputs, validate_matrices
+from .validation import validate_inputs, validate_matrices  # the latter: for processors/
 from .vocab_parallel import merge_stats, shard_labels, vocab_start_of
 
 __all__ = ["LinearLogprobEntropy", "linear_logprob_entropy", "validate_inputs",

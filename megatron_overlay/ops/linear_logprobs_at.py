@@ -20,7 +20,6 @@ from . import label_check
 from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
-# validate_token_ids: processors/ import it from here too
 from .validation import validate_matrices, validate_token_ids
 from .vocab_parallel import merge_stats, shard_ids, vocab_start_of
 

@@ -20,13 +20,13 @@ Shared by every stage:
 from __future__ import annotations
 
 import os
-from typing import Protocol, Union
+from typing import Protocol
 
 import torch
 
 from . import torch_chunked, torch_topk
 
-InvTemperature = Union[float, torch.Tensor]
+InvTemperature = float | torch.Tensor
 
 IMPL_ENV = "MEGATRON_OVERLAY_IMPL"  # "torch" or "triton"; default: triton on CUDA
 

@@ -16,14 +16,14 @@ import torch
 FORMS = ("mm", "addmm")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def out_dtype_supported(form: str, dtype: torch.dtype, device: torch.device) -> bool:
     """Whether ``torch.<form>(..., out_dtype=torch.float32, out=...)`` runs for ``dtype``
     operands on ``device``: tried once on 2 x 2 tensors there, and remembered.
 
     A refusal (TypeError: a torch without the argument; RuntimeError, NotImplementedError
     among them: no such kernel for this backend or dtype) answers False. An out-of-memory
-    error answers nothing: it propagates, and lru_cache keeps no result for a call that
+    error answers nothing: it propagates, and functools.cache keeps no result for a call that
     raised, so the next call tries again (a first use that met a full GPU must not turn
     the fp32-output path off for the rest of the process).
     """

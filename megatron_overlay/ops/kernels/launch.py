@@ -33,7 +33,7 @@ def check_device(*tensors: torch.Tensor) -> None:
                 f"importing triton to run them in Triton's interpreter")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _multiprocessors(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
