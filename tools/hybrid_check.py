@@ -11,25 +11,23 @@ peak extra memory of each path's forward+backward. In bf16 both are also compare
 fp32 head (hidden states and weight upcast): the logits path rounds its logits to bf16,
 the fused path keeps them in fp32.
 
-    python tools/hybrid_check.py --device cpu --out DIR    # fp32, the tiny test model
-    python tools/hybrid_check.py --device cuda --out DIR   # bf16, V 151936, 8192 tokens
+    python -m tools.hybrid_check --device cpu --out DIR    # fp32, the tiny test model
+    python -m tools.hybrid_check --device cuda --out DIR   # bf16, V 151936, 8192 tokens
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from megatron_overlay import model_builder
+from tools.bench import timing
+from tools.bench.inputs import TEMPERATURE
+from tools.bench.methods import peak_extra_gib
 
-from megatron_overlay import model_builder  # noqa: E402
-
-TEMPERATURE = 0.7
 
 
 def model_config(device: str, tied: bool) -> model_builder.ModelConfig:
@@ -70,20 +68,15 @@ def differences(got, ref) -> dict:
 
 
 def timed(model, cfg, processor, coeffs, device, repeats=5) -> dict:
-    run(model, cfg, processor, coeffs, device)  # warm-up (Triton compiles here)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    times = []
-    for _ in range(repeats):
-        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        start.record()
+    """Single synchronized forward+backward calls (the first, where Triton compiles, not
+    timed) and their peak extra memory."""
+    def call():
         run(model, cfg, processor, coeffs, device)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return {"fwd_bwd_ms": statistics.median(times),
-            "peak_extra_mib": (torch.cuda.max_memory_allocated() - base) / 2 ** 20}
+
+    got = timing.interleaved({"call": call}, [()], repeats, single=True, heat_s=0,
+                             warmup_calls=1)["call"]
+    return {"fwd_bwd_ms": got.median_ms, "peak_extra_mib": 1024 * peak_extra_gib(
+        lambda _: call(), (coeffs[0],))}
 
 
 def main() -> None:

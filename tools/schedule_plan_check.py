@@ -12,8 +12,8 @@ output processor (none = the default per-token loss, ``"fused_ce_loss"``,
 ``"fused_logprob"``, by name) the per-token outputs and every gradient are compared;
 whatever stops a path is recorded with its error.
 
-    python tools/schedule_plan_check.py --out DIR       # needs 2 CUDA GPUs (NCCL)
-    python tools/schedule_plan_check.py --define-missing-te-names --out DIR   # 0.14-0.15
+    python -m tools.schedule_plan_check --out DIR       # needs 2 CUDA GPUs (NCCL)
+    python -m tools.schedule_plan_check --define-missing-te-names --out DIR   # 0.14-0.15
 
 Without Transformer Engine, megatron-core 0.15.x cannot run any MoE forward: its router
 calls ``router_gating_linear``, which tests ``te_general_gemm is not None``, a name
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import traceback
 from pathlib import Path
 
@@ -37,11 +36,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from megatron_overlay import model_builder
+from tools.bench.inputs import TEMPERATURE
 
-from megatron_overlay import model_builder  # noqa: E402
-
-TEMPERATURE = 0.7
 MICROBATCHES = 3
 PROCESSORS = [None, "fused_ce_loss", "fused_logprob"]
 CFG = model_builder.ModelConfig(vocab=4096, hidden=256, layers=2, heads=4, seq=256, batch=2,

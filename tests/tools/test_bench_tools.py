@@ -1,12 +1,19 @@
-"""The benchmark tool's arithmetic and reports, on CPU (its timings need a GPU: docs/BENCHMARKS.md)."""
+"""The benchmark harness (python -m tools.bench) on CPU: its arithmetic, reports, argument
+errors and every subcommand that runs without a GPU, at a tiny size (its timings need a
+GPU: docs/BENCHMARKS.md)."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from tools import bench_fused_logprob
 from tools.bench import report, timing
+from tools.bench.__main__ import main as bench
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _timing(name, ms):
@@ -60,21 +67,21 @@ def test_replot_writes_the_table_without_a_gpu(tmp_path):
              "fwd_x": 1.0}]
     src = tmp_path / "results.json"
     src.write_text(json.dumps({"rows": rows}))
-    assert bench_fused_logprob.main(["--replot", str(src), "--out", str(tmp_path / "o")]) == 0
+    assert bench(["op", "--replot", str(src), "--out", str(tmp_path / "o")]) == 0
     assert "| 8, 4, 16 | gemm |" in (tmp_path / "o" / "table.md").read_text()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
 def test_timing_without_a_gpu_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        bench_fused_logprob.main(["--shapes", "8,4,16", "--out", str(tmp_path)])
+        bench(["op", "--shapes", "8,4,16", "--out", str(tmp_path)])
     assert exc.value.code == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
 def test_unknown_method_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        bench_fused_logprob.main(["--methods", "gemm,nope", "--out", str(tmp_path)])
+        bench(["op", "--methods", "gemm,nope", "--out", str(tmp_path)])
     assert "nope" in capsys.readouterr().err
 
 
@@ -123,8 +130,8 @@ def test_cpu_smoke_run_of_the_method_table(tmp_path):
     # the tool's whole table path (inputs, methods, interleaved bursts, paired ratios,
     # accuracy against fp64, report) on tiny shapes; peers are absent here and are skipped
     out = tmp_path / "smoke"
-    assert bench_fused_logprob.main([
-        "--device", "cpu", "--shapes", "64,32,512", "--methods", "gemm,materialized,ours,cce",
+    assert bench([
+        "op", "--device", "cpu", "--shapes", "64,32,512", "--methods", "gemm,materialized,ours,cce",
         "--rounds", "2", "--burst-ms", "2", "--heat-s", "0", "--out", str(out)]) == 0
     data = json.loads((out / "results.json").read_text())
     assert data["meta"]["device"].startswith("cpu") and "--device" in data["meta"]["argv"]
@@ -142,9 +149,8 @@ def test_cpu_smoke_run_of_the_method_table(tmp_path):
 
 
 def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
-    from tools import bench_distill
     out = tmp_path / "distill"
-    assert bench_distill.main(["--device", "cpu", "--shapes", "64,32,512", "--ks", "1,4",
+    assert bench(["distill", "--device", "cpu", "--shapes", "64,32,512", "--ks", "1,4",
                                "--rounds", "2", "--burst-ms", "2", "--heat-s", "0",
                                "--out", str(out)]) == 0
     data = json.loads((out / "results.json").read_text())
@@ -162,7 +168,58 @@ def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
 
 
 def test_distillation_benchmark_refuses_a_cpu_sweep(tmp_path, capsys):
-    from tools import bench_distill
     with pytest.raises(SystemExit):
-        bench_distill.main(["--device", "cpu", "--sweep", "64,32,512,4", "--out", str(tmp_path)])
+        bench(["distill", "--device", "cpu", "--sweep", "64,32,512,4", "--out", str(tmp_path)])
     assert "CUDA only" in capsys.readouterr().err
+
+
+def test_cpu_smoke_run_of_the_model_step(tmp_path):
+    # in a fresh process: the model builder's CPU shims patch torch.cuda for good
+    out = tmp_path / "model"
+    proc = subprocess.run([sys.executable, "-m", "tools.bench", "model", "--device", "cpu",
+                           "--rounds", "2", "--out", str(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((out / "results.json").read_text())
+    for key in ("logits_forward_ms", "fused_forward_ms", "logits_step_ms", "fused_step_ms"):
+        assert data[key] > 0 and len(data[f"{key[:-3]}_ms_rounds"]) == 2
+    assert data["max_logprob_diff"] < 1e-5 and data["max_entropy_diff"] < 1e-5
+    assert "| fused |" in (out / "table.md").read_text()
+
+
+def test_cpu_subcommand_measures_each_pass_in_a_fresh_process(tmp_path):
+    out = tmp_path / "cpu"
+    assert bench(["cpu", "--shapes", "32,256", "--rounds", "1", "--out", str(out)]) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert [(r["method"], r["backward"]) for r in rows] == [
+        ("fused", False), ("materialized", False), ("fused", True), ("materialized", True)]
+    assert all(r["ms"] > 0 and r["peak_mib"] >= 0 for r in rows)
+    assert "| 32 | 256 | fwd+bwd |" in (out / "table.md").read_text()
+
+
+def test_markdown_table_has_one_cell_per_column():
+    lines = report.markdown(("a", "b"), [(1, "x"), (2, "")]).splitlines()
+    assert lines == ["| a | b |", "|---|---|", "| 1 | x |", "| 2 |  |"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["nope"], "invalid choice"),
+    (["op", "--logits", "gauss"], "invalid choice"),
+    (["tp", "--worlds", "1,2"], "needs 2 GPUs"),
+])
+def test_argument_errors_are_usage_errors(argv, message, capsys):
+    if torch.cuda.device_count() >= 2 and argv[0] == "tp":
+        pytest.skip("checks the refusal on a machine with fewer than 2 GPUs")
+    with pytest.raises(SystemExit) as exc:
+        bench(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_every_subcommand_has_help(capsys):
+    from tools.bench.__main__ import SUBCOMMANDS
+    for name in SUBCOMMANDS:
+        with pytest.raises(SystemExit) as exc:
+            bench([name, "--help"])
+        assert exc.value.code == 0
+        assert "--out" in capsys.readouterr().out

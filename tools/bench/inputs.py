@@ -45,6 +45,21 @@ def make_inputs(n, hdim, v, seed, device="cuda", dtype=torch.bfloat16, logits="i
     return sets, w.to(dtype)
 
 
+def distill_inputs(n, h, v, k, seed, device="cuda"):
+    """(hidden [n, h], weight [v, h], ids [n, k]) bf16 of the distillation benchmark: logits
+    of std ~4 (before T), a peaked softmax as a teacher's."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    hidden = torch.randn(n, h, device=device, generator=gen).bfloat16()
+    weight = (torch.randn(v, h, device=device, generator=gen) * h ** -0.5 * 4).bfloat16()
+    ids = torch.randint(0, v, (n, k), device=device, generator=gen)
+    return hidden, weight, ids
+
+
+def shape(text: str) -> tuple[int, ...]:
+    """"8192,4096,151936" -> (8192, 4096, 151936)."""
+    return tuple(int(x) for x in text.split(","))
+
+
 def loss_coeffs(n, device, seed=1):
     """(a, b) [n]: the fb loss is sum(a * logprob + b * entropy), as an RL loss weights them."""
     g = torch.Generator(device=device).manual_seed(seed)

@@ -3,9 +3,32 @@ materialized-logits reference, and ours (megatron_overlay.ops.linear_logprob_ent
 
 from __future__ import annotations
 
+import gc
+
 import torch
 
+from megatron_overlay.utils.memory import PeakMemory
+
 from .inputs import TEMPERATURE
+
+GiB = float(1 << 30)
+
+
+def peak_extra_gib(fn, args, exclude_bytes: int = 0) -> float | None:
+    """Peak bytes allocated during fn(*args) beyond what was allocated before it, minus
+    ``exclude_bytes`` (e.g. the gradients every method must return), in GiB; None for CPU
+    tensors (the caching allocator's counters are CUDA's)."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if not tensors or not tensors[0].is_cuda:
+        return None
+    gc.collect()
+    torch.cuda.empty_cache()
+    with PeakMemory(tensors[0].device) as peak:
+        out = fn(*args)
+    del out
+    gc.collect()
+    torch.cuda.empty_cache()
+    return max(peak.extra_bytes - exclude_bytes, 0) / GiB
 
 
 def input_grads(h, w, loss_of):

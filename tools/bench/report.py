@@ -1,6 +1,45 @@
-"""The markdown table and the figure of a run (both redrawn from results.json on a CPU)."""
+"""What a run leaves: its folder, log and JSON; markdown tables; the op's figure (redrawn
+from results.json on a CPU)."""
 
 from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from .inputs import TEMPERATURE
+
+
+class Run:
+    """A subcommand's output folder, its log (printed and appended to log.txt) and the
+    run's metadata."""
+
+    def __init__(self, args, argv):
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.out / "log.txt", "a")
+        cuda = getattr(args, "device", "cuda") == "cuda" and torch.cuda.is_available()
+        self.meta = {"device": torch.cuda.get_device_name() if cuda else
+                     "cpu (host-clock timings)", "torch": torch.__version__,
+                     "temperature": TEMPERATURE,
+                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                     "argv": list(argv)}
+
+    def log(self, msg: str) -> None:
+        print(msg, flush=True)
+        self._log.write(msg + "\n")
+        self._log.flush()
+
+    def write(self, name: str, data) -> None:
+        (self.out / name).write_text(json.dumps(data, indent=1) + "\n")
+
+
+def markdown(head, rows) -> str:
+    """A markdown table: ``head`` the column names, ``rows`` lists of cell strings."""
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                      + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
 
 def _fmt(x, f):
@@ -16,19 +55,16 @@ def _ratio(r, phase):
 
 
 def table(rows):
-    head = ("| N, H, V | method | outputs | fwd ms | fb ms | fwd x GEMM (rounds' range) | "
-            "fb x 3 GEMMs (range) | fwd peak GiB | fb peak GiB | logprob err | entropy err | "
-            "SM MHz fwd / fb |")
-    lines = [head, "|" + "---|" * 12]
-    for r in rows:
-        lines.append(
-            f"| {r['N']}, {r['H']}, {r['V']} | {r['method']} | {r['outputs']} | "
-            f"{_fmt(r.get('fwd_ms'), '.2f')} | {_fmt(r.get('fb_ms'), '.2f')} | "
-            f"{_ratio(r, 'fwd')} | {_ratio(r, 'fb')} | "
-            f"{_fmt(r.get('fwd_peak_gib'), '.3f')} | {_fmt(r.get('fb_peak_gib'), '.2f')} | "
-            f"{_fmt(r.get('lp_err'), '.1e')} | {_fmt(r.get('ent_err'), '.1e')} | "
-            f"{_fmt(r.get('fwd_sm_mhz'), '.0f')} / {_fmt(r.get('fb_sm_mhz'), '.0f')} |")
-    return "\n".join(lines)
+    head = ("N, H, V", "method", "outputs", "fwd ms", "fb ms", "fwd x GEMM (rounds' range)",
+            "fb x 3 GEMMs (range)", "fwd peak GiB", "fb peak GiB", "logprob err", "entropy err",
+            "SM MHz fwd / fb")
+    return markdown(head, [
+        (f"{r['N']}, {r['H']}, {r['V']}", r["method"], r["outputs"],
+         _fmt(r.get("fwd_ms"), ".2f"), _fmt(r.get("fb_ms"), ".2f"), _ratio(r, "fwd"),
+         _ratio(r, "fb"), _fmt(r.get("fwd_peak_gib"), ".3f"), _fmt(r.get("fb_peak_gib"), ".2f"),
+         _fmt(r.get("lp_err"), ".1e"), _fmt(r.get("ent_err"), ".1e"),
+         f"{_fmt(r.get('fwd_sm_mhz'), '.0f')} / {_fmt(r.get('fb_sm_mhz'), '.0f')}")
+        for r in rows])
 
 
 def plot(rows, path, title="fused log-prob + entropy, bf16, T = 0.7, one H200"):

@@ -17,6 +17,7 @@ machine without a GPU (tests/tools), not a benchmark.
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import time
@@ -133,3 +134,13 @@ def summarize(t: Timing) -> dict:
             "sm_mhz": statistics.median(t.sm_mhz) if t.sm_mhz else None,
             "watts": statistics.median(t.watts) if t.watts else None,
             "host_ms": statistics.median(t.host_ms) if t.host_ms else None}
+
+
+def timing_options(p: argparse.ArgumentParser, rounds: int = 7) -> None:
+    """The options of tools/bench/timing.py's steady-state protocol."""
+    p.add_argument("--rounds", "--repeats", type=int, default=rounds,
+                   help="timed rounds (each times every method once)")
+    p.add_argument("--burst-ms", type=float, default=300.0,
+                   help="GPU work per timed burst of back-to-back calls")
+    p.add_argument("--heat-s", type=float, default=2.0,
+                   help="seconds of the first method before timing (steady power state)")

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Benchmark the distillation ops on one GPU: top-k forward and log-probs-at fwd+bwd.
+"""The distillation ops on one GPU: top-k forward and log-probs-at fwd+bwd.
 
 Per shape (N tokens, H hidden, V vocab; bf16, temperature 0.7) and k:
   gemm            hidden @ W.T (the forward floor); fb: that plus the two backward GEMMs
@@ -7,55 +6,37 @@ Per shape (N tokens, H hidden, V vocab; bf16, temperature 0.7) and k:
   topk_torch      torch.topk(log_softmax(fp32 logits / T), k) on materialized logits
   at_ours_fb      linear_logprobs_at(hidden, W, ids [N, k]) forward + backward
   at_torch_fb     log_softmax(fp32 logits / T).gather(ids), forward + backward
-Timed by the protocol of tools/bench/timing.py (steady-state bursts of back-to-back calls
-over two rotating input sets, every method of a phase interleaved round by round, ratios
-to the floor paired within each round: median and range), then peak extra memory beyond
-the inputs (and, for top-k, beyond its outputs), and checks on the first rows against
-fp64: top-k ids equal to the fp64 ranking, max |log-prob error|. ``--device cpu``: a smoke
-run of the tool's code on tiny shapes (host-clock timings, no memory figures).
+Timed by tools/bench/timing.py (steady-state bursts over two rotating input sets, every
+method of a phase interleaved round by round, ratios to the floor paired within each
+round), then peak extra memory beyond the inputs (and, for top-k, beyond its outputs), and
+checks on the first rows against fp64: top-k ids equal to the fp64 ranking, max |log-prob
+error|. ``--device cpu``: a smoke run on tiny shapes (host-clock timings, no memory figures).
 
-    python tools/bench_distill.py --out out/distill
-    python tools/bench_distill.py --shapes 4096,1024,32000 --ks 8 --out out/small
-    python tools/bench_distill.py --sweep 8192,4096,151936,8 --out out/sweep  # + configs
-    python tools/bench_distill.py --sweep 8192,4096,151936,32 --sweep-splits 1,2,4 --ks 32 \
-        --shapes 8192,4096,151936 --out out/sweep          # + split counts
-    python tools/bench_distill.py --device cpu --shapes 64,32,512 --ks 1,4 --out out/smoke
+    python -m tools.bench distill --out out/distill
+    python -m tools.bench distill --shapes 4096,1024,32000 --ks 8 --out out/small
+    python -m tools.bench distill --sweep 8192,4096,151936,32 --sweep-splits 1,2,4 --ks 32 \
+        --shapes 8192,4096,151936 --out out/sweep          # + configs and split counts
+    python -m tools.bench distill --device cpu --shapes 64,32,512 --ks 1,4 --out out/smoke
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from megatron_overlay.ops import linear_logprob_entropy, linear_logprobs_at, linear_topk_logprobs
 
-from megatron_overlay.ops import (linear_logprob_entropy, linear_logprobs_at,  # noqa: E402
-                                  linear_topk_logprobs)
-from tools.bench import timing  # noqa: E402
-from tools.bench.clocks import ClockSampler  # noqa: E402
-from tools.bench.inputs import SHAPES, TEMPERATURE  # noqa: E402
-from tools.bench.memory import peak_extra_gib  # noqa: E402
+from . import timing
+from .clocks import ClockSampler
+from .inputs import SHAPES, TEMPERATURE, distill_inputs, shape
+from .methods import peak_extra_gib
+from .report import Run
+from .timing import timing_options
 
 KS = [1, 8, 32]
 CHECK_ROWS = 256
-
-
-def peak_extra_mib(fn, args):
-    gib = peak_extra_gib(fn, args)
-    return None if gib is None else gib * 1024
-
-
-def make_inputs(n, h, v, k, seed, device="cuda"):
-    gen = torch.Generator(device=device).manual_seed(seed)
-    hidden = torch.randn(n, h, device=device, generator=gen).bfloat16()
-    weight = (torch.randn(v, h, device=device, generator=gen) * h ** -0.5 * 4).bfloat16()
-    ids = torch.randint(0, v, (n, k), device=device, generator=gen)
-    return hidden, weight, ids
 
 
 def gemm_fwd(h, w, _ids):
@@ -130,7 +111,7 @@ def _timed(fns, args, clocks, log):
 
 
 def run_shape(n, h, v, ks, args, clocks, results, log):
-    sets = [make_inputs(n, h, v, max(ks), seed, args.device) for seed in (0, 1)]
+    sets = [distill_inputs(n, h, v, max(ks), seed, args.device) for seed in (0, 1)]
     per_k = {k: [(a, b, c[:, :k].contiguous()) for a, b, c in sets] for k in ks}
 
     def bind(fn, k):
@@ -165,7 +146,8 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
             rec = timing.summarize(t)
             rec["x_floor"], rec["x_floor_min"], rec["x_floor_max"] = ratios[f"{base}@{k}"]
             try:
-                mem = peak_extra_mib(fn, per_k[k][0])
+                mem = peak_extra_gib(fn, per_k[k][0])
+                mem = None if mem is None else mem * 1024
             except Exception as err:  # noqa: BLE001
                 mem, rec["peak_error"] = None, repr(err)[:300]
             out_mib = n * k * 12 / 2 ** 20 if base.startswith("topk") else 0.0
@@ -187,7 +169,7 @@ def sweep(n, h, v, k, args, clocks, log, split_counts=()) -> list:
     choice); all interleaved with the GEMM."""
     from megatron_overlay.ops.kernels import triton_topk
 
-    sets = [make_inputs(n, h, v, 1, seed) for seed in (0, 1)]
+    sets = [distill_inputs(n, h, v, 1, seed) for seed in (0, 1)]
     no_label = torch.full((n,), -1, dtype=torch.int64, device="cuda")
     fns = {"gemm": lambda i: gemm_fwd(*sets[i])}
     tries = [(cfg, None) for cfg in triton_topk.CANDIDATES]
@@ -211,46 +193,38 @@ def sweep(n, h, v, k, args, clocks, log, split_counts=()) -> list:
     return rows
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", nargs="*", default=None, help="N,H,V ...")
-    parser.add_argument("--ks", default=",".join(map(str, KS)))
-    parser.add_argument("--rounds", "--repeats", type=int, default=7,
-                        help="timed rounds (each times every method of a phase once)")
-    parser.add_argument("--burst-ms", type=float, default=300.0)
-    parser.add_argument("--heat-s", type=float, default=2.0)
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
-                        help="cpu: a smoke run of the tool's code, not a benchmark")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--sweep", default=None, metavar="N,H,V,k",
-                        help="also time the top-k kernel's candidate configs at this shape")
-    parser.add_argument("--sweep-splits", default="", metavar="S,S,...",
-                        help="with --sweep: also these vocab split counts (default config)")
-    args = parser.parse_args(argv)
+def add_arguments(p):
+    p.add_argument("--shapes", nargs="*", default=None, help="N,H,V ...")
+    p.add_argument("--ks", default=",".join(map(str, KS)))
+    timing_options(p)
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: a smoke run of the tool's code, not a benchmark")
+    p.add_argument("--sweep", default=None, metavar="N,H,V,k",
+                   help="also time the top-k kernel's candidate configs at this shape")
+    p.add_argument("--sweep-splits", default="", metavar="S,S,...",
+                   help="with --sweep: also these vocab split counts (default config)")
+
+
+def main(args, argv) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("needs a CUDA GPU (--device cpu runs a smoke run without one)")
+        args.parser.error("needs a CUDA GPU (--device cpu runs a smoke run without one)")
     if args.device == "cpu" and args.sweep:
-        parser.error("--sweep times the Triton kernel: CUDA only")
-    shapes = [tuple(map(int, s.split(","))) for s in args.shapes] if args.shapes else SHAPES
+        args.parser.error("--sweep times the Triton kernel: CUDA only")
+    shapes = [shape(s) for s in args.shapes] if args.shapes else SHAPES
     ks = [int(k) for k in args.ks.split(",")]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    run = Run(args, argv)
     results: list = []
-    meta = {"device": torch.cuda.get_device_name() if args.device == "cuda" else
-            "cpu (smoke run: host-clock timings, not a benchmark)", "torch": torch.__version__,
-            "temperature": TEMPERATURE, "rounds": args.rounds, "burst_ms": args.burst_ms,
-            "argv": sys.argv[1:] if argv is None else list(argv)}
+    meta = {**run.meta, "rounds": args.rounds, "burst_ms": args.burst_ms}
 
     def log(line: str) -> None:
-        print(line, flush=True)
-        (out / "results.json").write_text(json.dumps({**meta, "results": results}, indent=1))
+        run.log(line)
+        run.write("results.json", {**meta, "results": results})
 
     sampler = ClockSampler(torch.cuda.current_device()) if args.device == "cuda" else \
         contextlib.nullcontext()
     with sampler as clocks:
         if args.sweep:
-            n, h, v, k = map(int, args.sweep.split(","))
+            n, h, v, k = shape(args.sweep)
             split_counts = [int(x) for x in args.sweep_splits.split(",") if x]
             results.extend(sweep(n, h, v, k, args, clocks, log, split_counts))
         for n, h, v in shapes:
@@ -259,7 +233,3 @@ def main(argv=None) -> int:
                 torch.cuda.empty_cache()
     log("done")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """This checkout's fused op against a baseline copy of the package, in one process (GPU).
 
-Per shape (bf16, temperature 0.7, the inputs of bench_fused_logprob.py), methods timed by
+Per shape (bf16, temperature 0.7, the inputs of ``op``), methods timed by
 tools/bench/timing.py (steady-state bursts, interleaved rounds, ratios paired per round):
 
   gemm      the floor: hidden @ W.T (fwd); plus G @ W and G.T @ hidden (fb)
@@ -16,14 +15,14 @@ tokens' outputs are bitwise the same computed alone (batch invariance). Then gra
 accuracy of base and ours against an fp32 autograd reference at a smaller vocab.
 
     cp -r megatron_overlay /tmp/base/megatron_overlay_base   # (from the old checkout)
-    python tools/bench_vs_baseline.py --baseline /tmp/base --out out/vs_base
+    python -m tools.bench baseline --baseline /tmp/base --out out/vs_base
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -31,20 +30,34 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tools.bench import timing  # noqa: E402
-from tools.bench.clocks import ClockSampler  # noqa: E402
-from tools.bench.inputs import (SHAPES, TEMPERATURE, fp32_grads,  # noqa: E402
-                                fp64_reference, loss_coeffs, make_inputs, max_err)
-from tools.bench.memory import peak_extra_gib  # noqa: E402
-from tools.bench.methods import Gemm  # noqa: E402
+from . import timing
+from .clocks import ClockSampler
+from .inputs import (SHAPES, TEMPERATURE, fp32_grads, fp64_reference, loss_coeffs, make_inputs,
+                     max_err, shape)
+from .methods import Gemm, peak_extra_gib
+from .report import Run, markdown
+from .timing import timing_options
 
 INVARIANCE_ENV = "MEGATRON_OVERLAY_BATCH_INVARIANT"
+BASE_PACKAGE = "megatron_overlay_base"
 
 
 def _op(package: str):
     return importlib.import_module(f"{package}.ops").linear_logprob_entropy
+
+
+def load_baseline(folder: Path):
+    """The op of the package ``megatron_overlay_base`` in ``folder`` (imported from there,
+    leaving sys.path alone)."""
+    root = folder / BASE_PACKAGE
+    spec = importlib.util.spec_from_file_location(
+        BASE_PACKAGE, root / "__init__.py", submodule_search_locations=[str(root)])
+    if spec is None:
+        raise SystemExit(f"--baseline: no {BASE_PACKAGE} package in {folder}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[BASE_PACKAGE] = module
+    spec.loader.exec_module(module)
+    return _op(BASE_PACKAGE)
 
 
 class Runner:
@@ -89,7 +102,8 @@ def timed(methods, phase, inputs, args, clocks, log):
     ctx = torch.no_grad if phase == "fwd" else torch.enable_grad
     with ctx():
         return timing.interleaved({m: getattr(r, phase) for m, r in methods.items()}, inputs,
-                                  args.rounds, burst_ms=args.burst_ms, clocks=clocks, log=log)
+                                  args.rounds, burst_ms=args.burst_ms, heat_s=args.heat_s,
+                                  clocks=clocks, log=log)
 
 
 def bench_shape(n, hdim, v, runners, args, clocks, log):
@@ -181,30 +195,43 @@ def grad_accuracy(runners, n, hdim, v, log):
     return out
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--baseline", help="a folder holding the package megatron_overlay_base")
-    parser.add_argument("--shapes", default=";".join(",".join(map(str, s)) for s in SHAPES))
-    parser.add_argument("--rounds", "--repeats", type=int, default=7)
-    parser.add_argument("--burst-ms", type=float, default=300.0)
-    parser.add_argument("--grad-shape", default="32768,1024,32768",
-                        help="N,H,V of the gradient accuracy check ('' to skip)")
-    parser.add_argument("--fb-variant", action="append", default=[],
-                        help="NAME:KEY=VALUE[,KEY=VALUE]: our op with autotune_configs "
-                             "overrides, timed in fb (e.g. b480:BACKWARD_EXTRA_BUDGET_BYTES="
-                             "503316480)")
-    parser.add_argument("--profile", default="", help="N,H,V: profile one fb per method")
-    parser.add_argument("--out", default="out/vs_baseline")
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log_file = open(out / "log.txt", "w")
+def add_arguments(p):
+    p.add_argument("--baseline", help="a folder holding the package megatron_overlay_base")
+    p.add_argument("--shapes", default=";".join(",".join(map(str, s)) for s in SHAPES))
+    timing_options(p)
+    p.add_argument("--grad-shape", default="32768,1024,32768",
+                   help="N,H,V of the gradient accuracy check ('' to skip)")
+    p.add_argument("--fb-variant", action="append", default=[],
+                   help="NAME:KEY=VALUE[,KEY=VALUE]: our op with autotune_configs "
+                        "overrides, timed in fb (e.g. b480:BACKWARD_EXTRA_BUDGET_BYTES="
+                        "503316480)")
+    p.add_argument("--profile", default="", help="N,H,V: profile one fb per method")
 
-    def log(msg):
-        print(msg, flush=True)
-        log_file.write(msg + "\n")
-        log_file.flush()
 
+TABLE_HEAD = ("N, H, V", "gemm fwd", "base fwd", "ours fwd", "ours fwd, invariance off",
+              "ours/base fwd", "gemm fb", "base fb", "ours fb", "ours/base fb",
+              "base fb extra GiB", "ours fb extra GiB", "ours fwd extra GiB",
+              "invariant rows base / ours (of 1024)")
+
+
+def table(rows) -> str:
+    def cells(r):
+        g = r.get
+        return (f"{r['N']}, {r['H']}, {r['V']}", f"{g('gemm_fwd_ms', 0):.2f}",
+                f"{g('base_fwd_ms', 0):.2f}", f"{g('ours_fwd_ms'):.2f}",
+                f"{g('ours_var_fwd_ms'):.2f}", f"{g('ours_vs_base_fwd', 0):.3f}",
+                f"{g('gemm_fb_ms'):.2f}", f"{g('base_fb_ms', 0):.2f}", f"{g('ours_fb_ms'):.2f}",
+                f"{g('ours_vs_base_fb', 0):.3f}", f"{g('base_fb_extra_gib', 0):.3f}",
+                f"{g('ours_fb_extra_gib'):.3f}", f"{g('ours_fwd_extra_gib'):.3f}",
+                f"{g('base_invariant_rows', -1)} / {g('ours_invariant_rows')}")
+    return markdown(TABLE_HEAD, [cells(r) for r in rows])
+
+
+def main(args, argv) -> int:
+    if not torch.cuda.is_available():
+        args.parser.error("needs a CUDA GPU")
+    run = Run(args, argv)
+    log, out = run.log, run.out
     ours = _op("megatron_overlay")
     runners = {"ours": Runner(ours), "ours_var": Runner(ours, invariant=False)}
     for spec in args.fb_variant:
@@ -212,37 +239,19 @@ def main():
         overrides = {k: int(v) for k, v in (p.split("=") for p in pairs.split(","))}
         runners[f"fb_{name}"] = Runner(ours, overrides=overrides)
     if args.baseline:
-        sys.path.insert(0, args.baseline)
-        runners["base"] = Runner(_op("megatron_overlay_base"))
-    log(f"device {torch.cuda.get_device_name()} torch {torch.__version__}")
+        runners["base"] = Runner(load_baseline(Path(args.baseline)))
+    log(json.dumps(run.meta))
     if args.profile:
-        profile_fb(runners, *map(int, args.profile.split(",")), out, log)
+        profile_fb(runners, *shape(args.profile), out, log)
     with ClockSampler(torch.cuda.current_device()) as clocks:
-        rows = [bench_shape(*map(int, s.split(",")), runners, args, clocks, log)
+        rows = [bench_shape(*shape(s), runners, args, clocks, log)
                 for s in args.shapes.split(";")]
-    acc = grad_accuracy(runners, *map(int, args.grad_shape.split(",")), log) \
-        if args.grad_shape else None
-    (out / "results.json").write_text(json.dumps({"rows": rows, "grad_accuracy": acc},
-                                                 indent=1))
-    log("\n| N, H, V | gemm fwd | base fwd | ours fwd | ours fwd, invariance off | ours/base fwd "
-        "| gemm fb | base fb | ours fb | ours/base fb | base fb extra GiB | ours fb extra GiB "
-        "| ours fwd extra GiB | invariant rows base / ours (of 1024) |")
-    log("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        g = r.get
-        log(f"| {r['N']}, {r['H']}, {r['V']} | {g('gemm_fwd_ms', 0):.2f} "
-            f"| {g('base_fwd_ms', 0):.2f} | {g('ours_fwd_ms'):.2f} | {g('ours_var_fwd_ms'):.2f} "
-            f"| {g('ours_vs_base_fwd', 0):.3f} "
-            f"| {g('gemm_fb_ms'):.2f} | {g('base_fb_ms', 0):.2f} | {g('ours_fb_ms'):.2f} "
-            f"| {g('ours_vs_base_fb', 0):.3f} | {g('base_fb_extra_gib', 0):.3f} "
-            f"| {g('ours_fb_extra_gib'):.3f} | {g('ours_fwd_extra_gib'):.3f} "
-            f"| {g('base_invariant_rows', -1)} / {g('ours_invariant_rows')} |")
+    acc = grad_accuracy(runners, *shape(args.grad_shape), log) if args.grad_shape else None
+    run.write("results.json", {"rows": rows, "grad_accuracy": acc})
+    log("\n" + table(rows))
     for r in rows:
         for m in [k[:-6] for k in r if k.startswith("fb_") and k.endswith("_fb_ms")]:
             log(f"{r['N']},{r['H']},{r['V']} {m}: fb {r[m + '_fb_ms']:.2f} ms "
                 f"({r[m + '_fb_ms'] / r['base_fb_ms'] if 'base_fb_ms' in r else 0:.3f} x base), "
                 f"extra {r[m + '_fb_extra_gib']:.3f} GiB")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

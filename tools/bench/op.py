@@ -1,52 +1,40 @@
-#!/usr/bin/env python3
-"""Benchmark the fused log-prob/entropy op against the GEMM floor, materialized logits and peers.
+"""The fused log-prob/entropy op against the GEMM floor, materialized logits and peers.
 
 Per shape (N tokens, H hidden, V vocab; bf16, temperature 0.7), every method's forward (no
-grad) and forward+backward (a loss on the per-token outputs), timed by the protocol of
-tools/bench/timing.py: steady-state bursts of back-to-back calls, methods interleaved in a
-rotated order, ratios to the GEMM floor taken within each round (median and range over
-rounds), SM clock sampled in the background. Then each method's peak extra memory and its
-max abs error vs fp64 on the first tokens. Methods (peers optional: tools/bench/peers.py):
-
-  gemm             the floor: hidden @ W.T (fwd); that plus the two backward GEMMs (fb)
-  materialized     fp32 logits / T -> log_softmax -> gather, entropy (autograd)
-  ours             megatron_overlay.ops.linear_logprob_entropy (Triton kernels on CUDA)
-  verl             verl.utils.kernel.linear_cross_entropy (log-prob + entropy)
-  liger_scaled_ce  Liger's fused linear scaled-CE (log-prob + entropy; SM90 CuTe path)
-  liger_flce       Liger's fused linear cross-entropy (scalar mean loss of hidden / T)
-  cce              cut-cross-entropy linear_cross_entropy(hidden / T, reduction="none")
-
+grad) and forward+backward (a loss on the per-token outputs), timed by tools/bench/timing.py:
+steady-state bursts of back-to-back calls, methods interleaved in a rotated order, ratios to
+the GEMM floor taken within each round (median and range over rounds), SM clock sampled in
+the background. Then each method's peak extra memory and its max abs error vs fp64 on the
+first tokens. Methods: tools/bench/methods.py (gemm, materialized, ours, ours_noent) and
+tools/bench/peers.py (verl, liger_scaled_ce, liger_flce, cce, cce_frozen_w; optional).
 Writes results.json, table.md and bench.png (time and memory relative to the floor).
 
-    python tools/bench_fused_logprob.py --out out/bench            # every method, 3 shapes
-    python tools/bench_fused_logprob.py --shapes 8192,4096,151936 --methods gemm,ours
-    python tools/bench_fused_logprob.py --diagnose 8192,4096,151936 --out out/diag
-    python tools/bench_fused_logprob.py --sweep 8192,4096,151936 --out out/sweep
-    python tools/bench_fused_logprob.py --replot out/bench/results.json --out out/bench
+    python -m tools.bench op --out out/bench            # every method, 3 shapes
+    python -m tools.bench op --shapes 8192,4096,151936 --methods gemm,ours
+    python -m tools.bench op --diagnose 8192,4096,151936 --out out/diag
+    python -m tools.bench op --sweep 8192,4096,151936 --out out/sweep
+    python -m tools.bench op --replot out/bench/results.json --out out/bench
+    python -m tools.bench op --device cpu --shapes 64,32,512 --rounds 2 --burst-ms 2 --heat-s 0
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.metadata
 import json
 import sys
-import time
 import traceback
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tools.bench import profiling, protocols, report, sweep, timing  # noqa: E402
-from tools.bench.clocks import ClockSampler  # noqa: E402
-from tools.bench.inputs import (ACC_ROWS, SHAPES, TEMPERATURE, fp64_reference,  # noqa: E402
-                                loss_coeffs, make_inputs, max_err)
-from tools.bench.memory import peak_extra_gib  # noqa: E402
-from tools.bench.methods import BUILTIN  # noqa: E402
-from tools.bench.peers import PEERS  # noqa: E402
+from . import profiling, protocols, report, sweep, timing
+from .report import Run
+from .timing import timing_options
+from .clocks import ClockSampler
+from .inputs import ACC_ROWS, SHAPES, fp64_reference, loss_coeffs, make_inputs, max_err, shape
+from .methods import BUILTIN, peak_extra_gib
+from .peers import PEERS
 
 METHODS = {**BUILTIN, **PEERS}
 DEFAULT_METHODS = "gemm,materialized,ours,verl,liger_scaled_ce,liger_flce,cce"
@@ -140,24 +128,16 @@ def diagnose(shape, args, clocks, log):
     return out
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="out/bench_fused_logprob")
+def add_arguments(p):
     p.add_argument("--shapes", default=";".join(",".join(map(str, s)) for s in SHAPES),
                    help="N,H,V[;N,H,V...]")
     p.add_argument("--methods", default=DEFAULT_METHODS, help=f"of {','.join(METHODS)}")
-    p.add_argument("--rounds", "--repeats", type=int, default=7,
-                   help="timed rounds (each times every method once)")
+    timing_options(p)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a smoke run of the tool's code on tiny shapes (host-clock "
                         "timings, no memory figures), not a benchmark")
     p.add_argument("--logits", default="iid", choices=["iid", "zipf"],
                    help="the inputs' logit distribution (tools/bench/inputs.py)")
-    p.add_argument("--burst-ms", type=float, default=300.0,
-                   help="GPU work per timed burst of back-to-back calls")
-    p.add_argument("--heat-s", type=float, default=2.0,
-                   help="seconds of the first method before timing (steady power state)")
     p.add_argument("--skip", default="", help="method@N pairs to skip, e.g. materialized@32768")
     p.add_argument("--fwd-only", default="", help="methods timed forward only")
     p.add_argument("--no-grad-check", action="store_true")
@@ -169,80 +149,71 @@ def main(argv=None):
     p.add_argument("--host-profile", default="", help="N,H,V: host-side ops of one call of ours")
     p.add_argument("--sweep", default="", help="N,H,V: time ours' kernel config candidates")
     p.add_argument("--replot", default="", help="results.json: redraw table and figure, no GPU")
-    args = p.parse_args(argv)
+
+
+def replot(results: Path, out: Path) -> int:
+    rows = json.loads(results.read_text())["rows"]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(report.table(rows) + "\n")
+    print(report.table(rows))
+    try:
+        report.plot(rows, out / "bench.png")
+    except ImportError as e:  # the figure needs matplotlib; the table does not
+        print(f"no figure: {e}", file=sys.stderr)
+    return 0
+
+
+def main(args, argv) -> int:
     args.fwd_only = {m for m in args.fwd_only.split(",") if m}
     args.methods = [m for m in args.methods.split(",") if m]
     args.protocols = [x for x in args.protocols.split(",") if x]
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
-        p.error(f"--methods: unknown {unknown}; choose from {sorted(METHODS)}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+        args.parser.error(f"--methods: unknown {unknown}; choose from {sorted(METHODS)}")
     if args.replot:
-        rows = json.loads(Path(args.replot).read_text())["rows"]
-        (out / "table.md").write_text(report.table(rows) + "\n")
-        print(report.table(rows))
-        try:
-            report.plot(rows, out / "bench.png")
-        except ImportError as e:  # the figure needs matplotlib; the table does not
-            print(f"no figure: {e}", file=sys.stderr)
-        return 0
+        return replot(Path(args.replot), Path(args.out))
     if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("needs a CUDA GPU (only --replot and --device cpu run without one)")
+        args.parser.error("needs a CUDA GPU (only --replot and --device cpu run without one)")
     if args.device == "cpu" and (args.diagnose or args.timeline or args.sweep
                                  or args.host_profile or args.breakdown):
-        p.error("--device cpu runs the method table only")
-    logf = open(out / "log.txt", "a")
-
-    def log(msg):
-        print(msg, flush=True)
-        logf.write(msg + "\n")
-        logf.flush()
-
-    meta = {"device": torch.cuda.get_device_name() if args.device == "cuda" else
-            "cpu (smoke run: host-clock timings, not a benchmark)", "torch": torch.__version__,
-            "triton": _version("triton"), "temperature": TEMPERATURE,
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "argv": sys.argv[1:] if argv is None else list(argv),
-            "rounds": args.rounds, "burst_ms": args.burst_ms, "heat_s": args.heat_s,
-            "logits": args.logits}
+        args.parser.error("--device cpu runs the method table only")
+    run = Run(args, argv)
+    log, out = run.log, run.out
+    meta = {**run.meta, "triton": _version("triton"), "rounds": args.rounds,
+            "burst_ms": args.burst_ms, "heat_s": args.heat_s, "logits": args.logits}
     log(json.dumps(meta))
-    shape_of = lambda s: tuple(int(x) for x in s.split(","))  # noqa: E731
     sampler = ClockSampler(torch.cuda.current_device()) if args.device == "cuda" else \
         contextlib.nullcontext()
     with sampler as clocks:
         if args.diagnose:
-            res = diagnose(shape_of(args.diagnose), args, clocks, log)
-            (out / "diagnose.json").write_text(json.dumps({"meta": meta, **res}, indent=1))
+            run.write("diagnose.json", {"meta": meta, **diagnose(shape(args.diagnose), args,
+                                                                  clocks, log)})
             return 0
         if args.host_profile:
-            res = profiling.host_profile(*shape_of(args.host_profile), log)
-            (out / "host_profile.json").write_text(json.dumps(res, indent=1))
+            run.write("host_profile.json", profiling.host_profile(*shape(args.host_profile), log))
             return 0
         if args.timeline:
-            res = profiling.timeline(*shape_of(args.timeline), log)
-            (out / "timeline.json").write_text(json.dumps(res, indent=1))
+            run.write("timeline.json", profiling.timeline(*shape(args.timeline), log))
             return 0
         if args.sweep:
-            res = sweep.sweep(shape_of(args.sweep), log)
-            (out / "sweep.json").write_text(json.dumps({"meta": meta, **res}, indent=1))
+            run.write("sweep.json", {"meta": meta, **sweep.sweep(shape(args.sweep), log)})
             return 0
         skip = {s for s in args.skip.split(",") if s}
         rows, extra = [], {}
-        for n, hdim, v in (shape_of(s) for s in args.shapes.split(";") if s):
+        for n, hdim, v in (shape(s) for s in args.shapes.split(";") if s):
             log(f"shape N={n} H={hdim} V={v}")
             ms = [m for m in args.methods if f"{m}@{n}" not in skip]
             rows += bench_shape(n, hdim, v, ms, args, clocks, log)
             if args.breakdown and "ours" in ms:
                 extra[f"breakdown_{n}"] = profiling.kernel_breakdown(n, hdim, v, log)
-            (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows, **extra},
-                                                         indent=1))
+            run.write("results.json", {"meta": meta, "rows": rows, **extra})
     if not args.no_grad_check and args.device == "cuda":
         try:
-            n, hdim, v = shape_of(args.shapes.split(";")[0])
+            n, hdim, v = shape(args.shapes.split(";")[0])
             extra["grad_check"] = profiling.grad_check(hdim, v, 2048, log)
         except Exception:
             log("grad check failed: " + traceback.format_exc()[-800:])
-    (out / "results.json").write_text(json.dumps({"meta": meta, "rows": rows, **extra}, indent=1))
+    run.write("results.json", {"meta": meta, "rows": rows, **extra})
     (out / "table.md").write_text(report.table(rows) + "\n")
     try:
         report.plot(rows, out / "bench.png")
@@ -250,7 +221,3 @@ def main(argv=None):
         log(f"plot failed: {e}")
     log(report.table(rows))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,41 @@
+"""``python -m tools.bench <subcommand>`` from the repository root (docs/BENCHMARKS.md):
+
+  op        the fused op against the GEMM floor, materialized logits and peers
+  distill   the distillation ops (top-k forward, log-probs at ids forward+backward)
+  baseline  this checkout's op against a baseline copy of the package
+  model     fused log-probs against the logits path in a megatron GPTModel
+  tp        the op at TP = 1 against TP = 2 (vocab split over 2 GPUs)
+  cpu       the chunked torch path against materialized logits, on the CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = ("op", "distill", "baseline", "model", "tp", "cpu")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    subs = p.add_subparsers(dest="subcommand", required=True)
+    for name in SUBCOMMANDS:
+        module = importlib.import_module(f"tools.bench.{name}")
+        sub = subs.add_parser(name, description=module.__doc__, help=module.__doc__.split("\n")[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub.add_argument("--out", default=f"out/bench_{name}")
+        module.add_arguments(sub)
+        sub.set_defaults(module=module, parser=sub)
+    return p
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser().parse_args(argv)
+    return args.module.main(args, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

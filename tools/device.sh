@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# The GPU runs of docs/BENCHMARKS.md, one device call each, from the repository root:
+#   tools/device.sh verify WHEELS OUT      megatron-core 0.19.2 through the overlay's wheel and
+#                                          the pin (the README's cluster route), every `gpu`
+#                                          test, the demo (1 or 2 GPUs)
+#   tools/device.sh checks WHEELS BASE OUT the Triton/CUDA-graph/invariance tests, then
+#                                          `bench baseline` against BASE/megatron_overlay_base
+#   tools/device.sh protocols BASE OUT     `bench op --diagnose`, the issue's command twice,
+#                                          `bench baseline` with two fb variants (8192 tokens)
+#   tools/device.sh peers PEER_WHEELS OUT  `bench op --host-profile`; every method, 3 shapes,
+#                                          twice in two processes (ROUNDS, BENCH_ARGS)
+#   tools/device.sh hybrid WHEELS OUT      per upstream wheel: overlay wheel, status,
+#                                          tools.hybrid_check --device cuda
+#   tools/device.sh multi-gpu WHEELS OUT   0.19.2 and 0.15.3 patched: tp_check, the 2-GPU
+#                                          tests, schedule_plan_check; `bench tp` (2 GPUs)
+#   tools/device.sh smoke WHEELS OUT       every GPU subcommand of `python -m tools.bench` at a
+#                                          tiny size on one GPU (~3 min), 0.19.2 from WHEELS
+# WHEELS holds upstream's megatron_core-<release>-*.whl. PEER_WHEELS holds the peers' wheels
+# (verl, liger-kernel, cut-cross-entropy) and, optionally, cutlass_all.tar.xz: nvidia-cutlass-dsl
+# 4.8.1 and its libs-base/-core/-cu13 wheels unpacked and packed as one xz tarball (Liger's
+# SM90 path; the cu13 wheel alone is 92 MB). Made with:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 -d W verl==0.9.1 liger-kernel==0.8.5 \
+#       cut-cross-entropy==25.1.1 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1 \
+#       nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1
+#   mkdir C && for w in W/nvidia_cutlass_dsl*.whl; do unzip -q -o $w -d C; done && rm W/nvidia_*
+#   tar -cf - -C C . | xz -9e --lzma2=preset=9e,dict=256MiB -T1 > W/cutlass_all.tar.xz  # 54 MiB
+# PACK=1 leaves OUT as one tarball (the device tool returns a limited number of files).
+set -u
+MODE=$1; shift
+OUT=${*: -1}; mkdir -p "$OUT"
+# NVLink multicast stays off (the machine's notes); keep it so in every child process
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache PYTHONPATH=$PWD
+{ nvidia-smi --query-gpu=index,name,clocks.sm,clocks.max.sm,power.draw,power.limit \
+    --format=csv; python3 -c 'import torch, triton; print("torch", torch.__version__,
+  "triton", triton.__version__, "gpus", torch.cuda.device_count())'; } 2>&1 | tee "$OUT/machine.txt"
+bench() { python3 -m tools.bench "$@"; }
+install_upstream() {  # RELEASE WHEELS SITE: upstream's wheel, as it is
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$3" \
+    "$2"/megatron_core-"$1"-*.whl
+}
+install_overlay_wheel() {  # RELEASE WHEELS SITE: the overlay's wheel of it, through the pin
+  PYTHONPATH=$PWD python3 -m megatron_overlay.cli wheel "$1" \
+    --from "$2"/megatron_core-"$1"-*.whl --out /tmp/wheelhouse-"$1" 2>&1 | tee -a "$OUT/status.txt"
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$3" \
+    --find-links /tmp/wheelhouse-"$1" "megatron-core==$1" 2>&1 | tee -a "$OUT/status.txt"
+  PYTHONPATH=$3:$PWD python3 -m megatron_overlay.cli status --site "$3" 2>&1 |
+    tee -a "$OUT/status.txt"
+  echo "status rc=${PIPESTATUS[0]}" | tee -a "$OUT/status.txt"
+}
+SHAPE8K=8192,4096,151936
+case $MODE in
+verify)
+  WHL=$(cd "$1" && pwd); site=/tmp/site-overlay-wheel
+  install_overlay_wheel 0.19.2 "$WHL" $site
+  export PYTHONPATH=$site:$PWD
+  timeout "${PYTEST_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -rs -m gpu \
+    tests/ops tests/core/test_multi_gpu.py 2>&1 | tee "$OUT/pytest.txt" | tail -25
+  timeout 100 python3 -m megatron_overlay.cli demo --repeats 3 2>&1 | tee "$OUT/demo.txt" | tail -12
+  ;;
+checks)
+  install_upstream 0.19.2 "$1" /tmp/site || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+  CUDA_VISIBLE_DEVICES=${GPUS:-0,1} python3 -m pytest -q -p no:cacheprovider -rs -m gpu \
+    tests/ops/test_cuda_graphs.py tests/ops/test_batch_invariance_gpu.py \
+    tests/ops/test_triton_gpu.py 2>&1 | tee "$OUT/pytest.txt" | tail -25
+  CUDA_VISIBLE_DEVICES=0 bench baseline --baseline "$2" --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tail -12
+  ;;
+protocols)
+  bench op --diagnose $SHAPE8K --methods gemm,ours --rounds 7 --out "$OUT/diag" 2>&1 | tail -30
+  for i in 1 2; do  # the issue's command, as it reads now, twice
+    bench op --shapes $SHAPE8K --methods gemm,ours --repeats 5 --no-grad-check \
+      --out "$OUT/issue_cmd_$i" 2>&1 | tail -4
+  done
+  bench baseline --baseline "$1" --rounds 7 --grad-shape "" \
+    --fb-variant b512:BACKWARD_EXTRA_BUDGET_BYTES=536870912 \
+    --fb-variant blk4096:BACKWARD_BLOCK_TOKENS=4096 --out "$OUT/vs_base" 2>&1 | tail -12
+  ;;
+peers)
+  SITE=/tmp/site
+  python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE "$1"/*.whl || exit 1
+  PYPATH=$SITE
+  if [ -f "$1/cutlass_all.tar.xz" ]; then
+    tar -xJf "$1/cutlass_all.tar.xz" -C $SITE &&
+      PYPATH=$SITE:$SITE/nvidia_cutlass_dsl/python_packages:$SITE/nvidia_cutlass_dsl/dsl_packages
+  fi
+  export PYTHONPATH=$PWD:$PYPATH
+  bench op --host-profile $SHAPE8K --out "$OUT/host" 2>&1 | tail -3
+  for i in 1 2; do
+    bench op --out "$OUT/run$i" --rounds ${ROUNDS:-5} ${BENCH_ARGS:-} 2>&1 | tail -30
+  done
+  ;;
+hybrid)
+  WHL=$(cd "$1" && pwd)
+  for upstream in "$WHL"/megatron_core-*.whl; do
+    release=$(basename "$upstream" | cut -d- -f2); site=/tmp/site-$release
+    install_overlay_wheel "$release" "$WHL" "$site"
+    mkdir -p "$OUT/$release"
+    PYTHONPATH=$site:$PWD timeout 240 python3 -m tools.hybrid_check --device cuda \
+      --out "$OUT/$release" > "$OUT/$release/log.txt" 2>&1
+    echo "hybrid_check $release rc=$?" | tee -a "$OUT/status.txt"
+    tail -40 "$OUT/$release/log.txt"
+  done
+  ;;
+multi-gpu)
+  WHL=$(cd "$1" && pwd); summary=()
+  export PYTHONWARNINGS=ignore TORCH_EXTENSIONS_DIR=/tmp/torch-ext
+  for v in 0.19.2 0.15.3; do
+    site=/tmp/site-$v log=$OUT/log-$v.txt
+    (
+      set -x
+      install_upstream $v "$WHL" $site
+      export PYTHONPATH=$site:$PWD
+      python3 -m megatron_overlay.cli patch --site $site
+      python3 -m megatron_overlay.cli status --site $site
+      timeout 240 python3 -m tools.tp_check --device cuda --out /tmp/tp-$v
+      cp /tmp/tp-$v/report.json "$OUT/tp_check-$v.json"
+      timeout 240 python3 -m pytest -q -s -rs -p no:cacheprovider tests/core/test_multi_gpu.py
+      echo "pytest rc=$?"
+      timeout 150 python3 -m tools.schedule_plan_check --out /tmp/sp-$v
+      cp /tmp/sp-$v/schedule_plan.json "$OUT/schedule_plan-$v.json"
+      if [ $v = 0.15.3 ]; then   # past the router's NameError without TE (see the tool's doc)
+        timeout 150 python3 -m tools.schedule_plan_check --define-missing-te-names --out /tmp/spt
+        cp /tmp/spt/schedule_plan.json "$OUT/schedule_plan-$v-te-names.json"
+      else   # the op does not depend on the core: one TP timing per machine
+        timeout 240 python3 -m tools.bench tp --no-profile --out "$OUT/tp"
+      fi
+    ) > "$log" 2>&1
+    summary+=("$v: $(grep -E '^[0-9]+ (passed|failed)|passed|failed' "$log" | tail -1)")
+  done
+  grep -hE "^ +0\.|pytest rc|passed|failed|skipped|SKIPPED|Error|TP=" "$OUT"/log-*.txt | tail -40
+  printf '%s\n' "${summary[@]}"
+  ;;
+smoke)
+  install_upstream 0.19.2 "$1" /tmp/site || exit 1
+  export PYTHONPATH=/tmp/site:$PWD CUDA_VISIBLE_DEVICES=0
+  python3 -m megatron_overlay.cli patch --site /tmp/site > "$OUT/status.txt" 2>&1
+  quick=(--rounds 2 --burst-ms 20 --heat-s 0)
+  mkdir -p /tmp/smoke-base && cp -r megatron_overlay /tmp/smoke-base/megatron_overlay_base
+  runs=(
+    "op --shapes 2048,1024,32768 --methods gemm,materialized,ours ${quick[*]} --breakdown"
+    "op --diagnose 2048,1024,32768 --methods gemm,ours --protocols single,burst,graph --rounds 2"
+    "op --sweep 1024,512,16384"
+    "op --timeline 1024,512,16384"
+    "op --host-profile 1024,512,16384"
+    "distill --shapes 1024,512,16384 --ks 1,8 ${quick[*]} --sweep 1024,512,16384,8 --sweep-splits 1,2"
+    "baseline --baseline /tmp/smoke-base --shapes 2048,1024,32768 --grad-shape 1024,256,4096 --fb-variant b64:BACKWARD_EXTRA_BUDGET_BYTES=67108864 --profile 1024,512,8192 ${quick[*]}"
+    "model --layers 2 --seq 512 --vocab 32768 --rounds 2"
+    "tp --worlds 1 --shape 2048,1024,32768 --rounds 2"
+  )
+  for i in "${!runs[@]}"; do
+    start=$SECONDS
+    timeout 120 python3 -m tools.bench ${runs[$i]} --out "$OUT/$i" > "$OUT/$i.log" 2>&1
+    echo "rc=$? $((SECONDS - start))s bench ${runs[$i]}" | tee -a "$OUT/summary.txt"
+    [ -f "$OUT/$i.log" ] && tail -3 "$OUT/$i.log"
+  done
+  ;;
+*) echo "unknown mode $MODE (verify, checks, protocols, peers, hybrid, multi-gpu, smoke)"; exit 2 ;;
+esac
+if [ -n "${PACK:-}" ]; then
+  tar -czf "$OUT.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")" && rm -rf "$OUT"
+fi
