@@ -101,7 +101,7 @@ def run_release(release: str, work: Path, cache: Path, previous: dict | None = N
     subprocess.run([*install, str(site), str(upstream)], check=True)
     before = patching.status(site)
     row["upstream_state"] = before.state
-    after = patching.apply(site)
+    after = patching.patch(site)
     row.update(state=after.state, patch_set=after.patch_set, hook=after.hook,
                name_lookup=after.name_lookup, same_files_as=after.same_files_as)
     compiled = subprocess.run([str(python), "-m", "compileall", "-q", str(site / "megatron")],

@@ -22,11 +22,6 @@ from .core import (
 from .errors import PatchError
 from .patch_sets import PatchSet, find_patch_set, match_patch_set, supported_releases
 
-# The names before patch/unpatch took the CLI's words. Still called by
-# tests/core/conftest.py, tests/core/test_hybrid_hook.py and tools/compat_matrix.py
-# (outside this change); delete these two lines once those call patch().
-apply, revert = patch, unpatch
-
 __all__ = [
     "MODIFIED", "NATIVE", "PATCHED", "UNPATCHED", "UNSUPPORTED", "Core", "PatchError",
     "PatchSet", "State", "Status", "find_patch_set", "locate", "match_patch_set", "patch",
