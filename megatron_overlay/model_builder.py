@@ -62,6 +62,7 @@ class ModelConfig:
     model: str = "gpt"  # or "hybrid": megatron's hybrid model class (see hybrid_model_class)
     position_embedding: str = "rope"  # GPTModel's position_embedding_type
     max_positions: int = 0  # GPTModel's max_sequence_length; 0: seq
+    rotary_base: int = 10000  # GPTModel's (Qwen2.5: 1000000)
     # False: a chunk without the output layer (what a non-last pipeline stage builds), PP 1
     output_layer: bool = True
     moe: bool = False  # hybrid only: an MoE layer ("E") in the pattern (0.16+; TE-free 0.17+)
@@ -210,7 +211,7 @@ def build_model(cfg: ModelConfig, seed: int = 1234, device: str = "cpu",
         config=config, transformer_layer_spec=block, vocab_size=cfg.vocab,
         max_sequence_length=cfg.max_positions or cfg.seq, pre_process=pre_process,
         post_process=post_process, share_embeddings_and_output_weights=cfg.tied,
-        position_embedding_type=cfg.position_embedding,
+        position_embedding_type=cfg.position_embedding, rotary_base=cfg.rotary_base,
         parallel_output=True, **kwargs,
     )
     return _finish(model, cfg, device)

@@ -2,7 +2,7 @@
 PP = 2 through megatron's own 1F1B schedule against PP = 1; CP = 2 where the spec allows.
 
 Skipped without 2 CUDA GPUs (CI has none); run on the device machine by
-tools/device_multi_gpu.sh. The ranks run in tests/support/multi_gpu_worker.py.
+`tools/device.sh multi-gpu`. The ranks run in tests/support/multi_gpu_worker.py.
 """
 
 from __future__ import annotations

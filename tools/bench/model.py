@@ -57,7 +57,8 @@ def build(args):
         cfg = model_builder.ModelConfig(**sizes)
         return model_builder.build_model(cfg, device="cpu"), cfg
     cfg = model_builder.ModelConfig(**{"batch": 4, "seq": 2048, "layers": 24, "vocab": 151936,
-                                       **sizes}, hidden=896, heads=14, dtype=torch.bfloat16)
+                                       **sizes}, hidden=896, heads=14, dtype=torch.bfloat16,
+                                      rotary_base=1_000_000)
     spec = model_builder.layer_spec(normalization="RMSNorm")
     return model_builder.build_model(cfg, device="cuda", spec=spec, **QWEN_0_5B), cfg
 
