@@ -118,3 +118,49 @@ def test_the_walker_sees_every_kind_of_import():
 def test_no_module_imports_itself_back():
     found = cycles(import_graph())
     assert not found, "import circles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+# Who may import whom (docs/ARCHITECTURE.md): the longest matching prefix of a module's name
+# decides; a module may always import its own package's modules. A call flows down the
+# floors patching -> hook contract -> processors -> ops -> kernels, imports never flow up.
+P = "megatron_overlay"
+MAY_IMPORT = {
+    f"{P}.patching": {f"{P}.patching"},
+    f"{P}.hook": set(),
+    f"{P}.utils": {f"{P}.utils"},
+    f"{P}.model_builder": set(),
+    f"{P}.probe": {f"{P}.hook", f"{P}.patching", f"{P}.processors"},
+    f"{P}.processors": {f"{P}.processors", f"{P}.hook", f"{P}.ops"},
+    f"{P}.ops": {f"{P}.ops"},
+    # the kernels share two leaves with the torch implementation, nothing else above them
+    f"{P}.ops.kernels": {f"{P}.ops.kernels", f"{P}.ops.batch_invariance",
+                         f"{P}.ops.topk_merge"},
+    f"{P}.ops.batch_invariance": set(),
+    f"{P}.ops.topk_merge": set(),
+}
+
+
+def _rule(module: str) -> set[str] | None:
+    """What ``module`` may import (None: an application, e.g. the CLI: anything)."""
+    matches = [prefix for prefix in MAY_IMPORT
+               if module == prefix or module.startswith(prefix + ".")]
+    return MAY_IMPORT[max(matches, key=len)] if matches else None
+
+
+def _allowed(target: str, allowed: set[str]) -> bool:
+    return any(target == prefix or target.startswith(prefix + ".") for prefix in allowed)
+
+
+def test_no_floor_imports_one_above_it():
+    wrong = [f"{module} imports {target}"
+             for module, targets in sorted(import_graph().items())
+             if (allowed := _rule(module)) is not None
+             for target in sorted(targets) if not _allowed(target, allowed)]
+    assert not wrong, "imports against docs/ARCHITECTURE.md's floors:\n" + "\n".join(wrong)
+
+
+def test_the_floor_rules_catch_an_upward_import():
+    assert not _allowed(f"{P}.processors.registry", _rule(f"{P}.ops.linear_logprob"))
+    assert not _allowed(f"{P}.ops.stages", _rule(f"{P}.ops.kernels.triton_impl"))
+    assert _allowed(f"{P}.ops.kernels.triton_impl", _rule(f"{P}.ops.stages"))
+    assert _rule(f"{P}.cli") is None
