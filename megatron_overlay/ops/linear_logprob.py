@@ -16,7 +16,7 @@ from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
 from .validation import validate_inputs, validate_matrices  # the latter: for processors/
-from .vocab_parallel import merge_stats, shard_labels, vocab_start_of
+from .vocab_parallel import merge_stats, shard_labels, shard_layout
 
 __all__ = ["LinearLogprobEntropy", "linear_logprob_entropy", "validate_inputs",
            "validate_matrices"]
@@ -25,10 +25,9 @@ class LinearLogprobEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, params: LogprobParams, tp_group):
         impl = pick_impl(hidden.device)
-        tp, vocab_start = vocab_start_of(weight, tp_group)
-        world = dist.get_world_size(tp_group) if tp else 1
         if hidden.is_cuda:
             label_check.poll()  # earlier calls' label checks that have finished (no wait)
+        tp, vocab_start, world = shard_layout(weight, tp_group)
         local_labels = shard_labels(labels, vocab_start, weight.shape[0], params.ignore_index)
         inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
         # The big kernel is launched before the label check's dozen small ops: the GPU starts

@@ -21,7 +21,7 @@ from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
 from .validation import validate_matrices, validate_token_ids
-from .vocab_parallel import merge_stats, shard_ids, vocab_start_of
+from .vocab_parallel import merge_stats, shard_ids, shard_layout
 
 __all__ = ["LinearLogprobsAt", "backward_at_ids", "entropy_from_stats", "linear_logprobs_at",
            "validate_token_ids"]
@@ -61,8 +61,7 @@ class LinearLogprobsAt(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, token_ids, params: LogprobParams, tp_group):
         impl = pick_impl(hidden.device)
-        tp, vocab_start = vocab_start_of(weight, tp_group)
-        world = dist.get_world_size(tp_group) if tp else 1
+        tp, vocab_start, world = shard_layout(weight, tp_group)
         if hidden.is_cuda:
             label_check.poll()  # earlier calls' checks that have finished (no wait)
         inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)

@@ -26,7 +26,7 @@ from .stages import pick_topk_impl
 from .temperature import inverse_temperature
 from .topk_merge import PAD_ID, order_candidates
 from .validation import validate_inputs, validate_matrices
-from .vocab_parallel import merge_stats, shard_ids, shard_labels, vocab_start_of
+from .vocab_parallel import merge_stats, shard_ids, shard_labels, shard_layout
 
 MAX_K = 256
 
@@ -56,13 +56,13 @@ class LinearTopkLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, k: int, params: LogprobParams, tp_group):
         topk_impl, impl = pick_topk_impl(hidden.device)
-        tp, vocab_start = vocab_start_of(weight, tp_group)
+        tp, vocab_start, world = shard_layout(weight, tp_group)
         n = hidden.shape[0]
         bad = None
         if labels is not None:
             # as linear_logprob_entropy: out-of-range labels give NaN log-probs; on CUDA
             # the host raises later, without a sync (ops/label_check.py)
-            vocab = weight.shape[0] * (dist.get_world_size(tp_group) if tp else 1)
+            vocab = weight.shape[0] * world
             if hidden.is_cuda:
                 label_check.poll()
             bad = label_check.bad_labels(labels, vocab, params.ignore_index)

@@ -18,10 +18,13 @@ def shard_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int) -> torch.Te
     return torch.where((local >= 0) & (local < local_vocab), local, torch.full_like(local, -1))
 
 
-def vocab_start_of(weight: torch.Tensor, tp_group) -> tuple[bool, int]:
-    """(tensor-parallel?, first global id of this rank's shard); shards in rank order."""
-    tp = tp_group is not None and dist.get_world_size(tp_group) > 1
-    return tp, dist.get_rank(tp_group) * weight.shape[0] if tp else 0
+def shard_layout(weight: torch.Tensor, tp_group) -> tuple[bool, int, int]:
+    """(tensor-parallel?, first global id of this rank's shard, number of shards); shards
+    in rank order."""
+    world = dist.get_world_size(tp_group) if tp_group is not None else 1
+    if world == 1:
+        return False, 0, 1
+    return True, dist.get_rank(tp_group) * weight.shape[0], world
 
 
 def shard_labels(labels: torch.Tensor, vocab_start: int, local_vocab: int,
