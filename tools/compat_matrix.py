@@ -12,8 +12,9 @@ For each release, under the Python/torch environment of the release's family
   test_install.py: real GPTModel and hybrid model, gloo, TP 1 and 2; patch/unpatch/refuse/
   kill on upstream's files) run with that directory first on PYTHONPATH.
 On both routes' trees, the hybrid model (MambaModel / HybridModel) runs
-``tools/hybrid_check.py --device cpu``: ``output_processor="fused_logprob"`` by name against
-its logits path, values and every gradient (TP 1, tied and untied).
+``python -m tools.bench model --model hybrid --device cpu``:
+``output_processor="fused_logprob"`` by name against its logits path, values and every
+gradient (TP 1, tied and untied).
 Writes docs/COMPATIBILITY.md. Releases: every patch set, plus the yanked releases that
 patch sets serve by content (0.18.1, 0.19.1).
 
@@ -68,12 +69,12 @@ HYBRID_TOL = 1e-5
 
 
 def hybrid_check(python: Path, tree: Path, out: Path) -> dict:
-    """tools/hybrid_check.py --device cpu against the core in ``tree``: the worst
+    """``bench model --model hybrid --device cpu`` against the core in ``tree``: the worst
     difference of its configs, and whether all are within HYBRID_TOL."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(REPO)]),
                PYTHONWARNINGS="ignore")
-    proc = subprocess.run([str(python), str(REPO / "tools" / "hybrid_check.py"), "--device",
-                           "cpu", "--out", str(out)], cwd=REPO, env=env, capture_output=True,
+    proc = subprocess.run([str(python), "-m", "tools.bench", "model", "--model", "hybrid",
+                           "--device", "cpu", "--out", str(out)], cwd=REPO, env=env, capture_output=True,
                           text=True)
     if proc.returncode != 0:
         return {"ok": False, "error": proc.stderr[-1500:]}
@@ -190,7 +191,8 @@ def write_markdown(rows: list[dict]) -> None:
         "block-scope graphs, the MambaModel alias) before 0.18. "
         "Yanked 0.18.1 and 0.19.1 are served by 0.18.0's and 0.19.0's patch sets (their "
         "`gpt_model.py` is byte-identical). Hybrid model: on each route's tree, "
-        "`tools/hybrid_check.py --device cpu` builds the release's hybrid class "
+        "`python -m tools.bench model --model hybrid --device cpu` builds the release's "
+        "hybrid class "
         "(MambaModel before 0.18, HybridModel from 0.18; attention and MLP layers, the "
         "final norm swapped for torch's, Mamba layers not exercised) and compares "
         "`output_processor=\"fused_logprob\"` by name with the logits path at TP 1, tied "

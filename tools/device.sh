@@ -10,7 +10,7 @@
 #   tools/device.sh peers PEER_WHEELS OUT  `bench op --host-profile`; every method, 3 shapes,
 #                                          twice in two processes (ROUNDS, BENCH_ARGS)
 #   tools/device.sh hybrid WHEELS OUT      per upstream wheel: overlay wheel, status,
-#                                          tools.hybrid_check --device cuda
+#                                          `bench model --model hybrid --device cuda`
 #   tools/device.sh multi-gpu WHEELS OUT   0.19.2 and 0.15.3 patched: tp_check, the 2-GPU
 #                                          tests, schedule_plan_check; `bench tp` (2 GPUs)
 #   tools/device.sh smoke WHEELS OUT       every GPU subcommand of `python -m tools.bench` at a
@@ -97,9 +97,9 @@ hybrid)
     release=$(basename "$upstream" | cut -d- -f2); site=/tmp/site-$release
     install_overlay_wheel "$release" "$WHL" "$site"
     mkdir -p "$OUT/$release"
-    PYTHONPATH=$site:$PWD timeout 240 python3 -m tools.hybrid_check --device cuda \
+    PYTHONPATH=$site:$PWD timeout 240 python3 -m tools.bench model --model hybrid \
       --out "$OUT/$release" > "$OUT/$release/log.txt" 2>&1
-    echo "hybrid_check $release rc=$?" | tee -a "$OUT/status.txt"
+    echo "hybrid $release rc=$?" | tee -a "$OUT/status.txt"
     tail -40 "$OUT/$release/log.txt"
   done
   ;;
@@ -147,6 +147,7 @@ smoke)
     "distill --shapes 1024,512,16384 --ks 1,8 ${quick[*]} --sweep 1024,512,16384,8 --sweep-splits 1,2"
     "baseline --baseline /tmp/smoke-base --shapes 2048,1024,32768 --grad-shape 1024,256,4096 --fb-variant b64:BACKWARD_EXTRA_BUDGET_BYTES=67108864 --profile 1024,512,8192 ${quick[*]}"
     "model --layers 2 --seq 512 --vocab 32768 --rounds 2"
+    "model --model hybrid --seq 512 --vocab 32768 --rounds 2"
     "tp --worlds 1 --shape 2048,1024,32768 --rounds 2"
   )
   for i in "${!runs[@]}"; do

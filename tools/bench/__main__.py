@@ -3,7 +3,7 @@
   op        the fused op against the GEMM floor, materialized logits and peers
   distill   the distillation ops (top-k forward, log-probs at ids forward+backward)
   baseline  this checkout's op against a baseline copy of the package
-  model     fused log-probs against the logits path in a megatron GPTModel
+  model     fused log-probs against the logits path in a megatron GPTModel or hybrid model
   tp        the op at TP = 1 against TP = 2 (vocab split over 2 GPUs)
   cpu       the chunked torch path against materialized logits, on the CPU
 """

@@ -19,10 +19,24 @@ median over rounds); and the largest |log-prob difference| between the paths.
 
 Needs megatron-core >= 0.18 (the ``output_processor`` argument; 0.12-0.17 patched by the
 overlay).
+
+``--model hybrid``: megatron's hybrid model (MambaModel / HybridModel; attention and MLP
+layers, pattern ``*-*-``, see megatron_overlay/model_builder.py), tied and untied, on cuda
+bf16 hidden 2048, 16 heads, 2 layers, vocab 151936, 4 x 2048 tokens (cpu: the builder's
+tiny fp32 model). ``output_processor="fused_logprob"`` by name against a processor that
+materializes the logits through the output layer (``model_builder.logits_path_logprob``),
+each followed by backward of the same random combination of log-probs and entropy: max abs
+differences of log-probs, entropy and every parameter gradient (relative to its largest
+entry), in bf16 both also against an fp32 head (hidden states and weight upcast), and on
+cuda each path's median forward+backward time and peak extra memory. Writes
+hybrid_check.json (the compatibility matrix's check, ``--device cpu``, per release).
+
+    python -m tools.bench model --model hybrid --device cuda --out DIR
 """
 
 from __future__ import annotations
 
+import json
 from importlib.metadata import version
 
 import torch
@@ -32,7 +46,7 @@ from megatron_overlay import model_builder
 
 from . import timing
 from .inputs import TEMPERATURE
-from .methods import GiB
+from .methods import GiB, peak_extra_gib
 from .report import Run, markdown
 
 QWEN_0_5B = dict(num_query_groups=2, ffn_hidden_size=4864, kv_channels=64,
@@ -42,17 +56,22 @@ QWEN_0_5B = dict(num_query_groups=2, ffn_hidden_size=4864, kv_channels=64,
 
 
 def add_arguments(p):
+    p.add_argument("--model", default="gpt", choices=["gpt", "hybrid"])
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--batch", type=int, help="default 4 (cuda), the builder's tiny batch (cpu)")
     p.add_argument("--seq", type=int, help="default 2048 (cuda)")
-    p.add_argument("--layers", type=int, help="default 24 (cuda)")
+    p.add_argument("--layers", type=int, help="default 24 (gpt, cuda), 2 (hybrid)")
     p.add_argument("--vocab", type=int, help="default 151936 (cuda)")
     p.add_argument("--rounds", "--repeats", type=int, default=5)
 
 
+def _sizes(args):
+    return {k: getattr(args, k) for k in ("batch", "seq", "layers", "vocab")
+            if getattr(args, k) is not None}
+
+
 def build(args):
-    sizes = {k: getattr(args, k) for k in ("batch", "seq", "layers", "vocab")
-             if getattr(args, k) is not None}
+    sizes = _sizes(args)
     if args.device == "cpu":
         cfg = model_builder.ModelConfig(**sizes)
         return model_builder.build_model(cfg, device="cpu"), cfg
@@ -68,6 +87,13 @@ def main(args, argv) -> int:
         args.parser.error("needs a CUDA GPU (--device cpu runs a smoke run without one)")
     run = Run(args, argv)
     model_builder.init_distributed(0, 1, model_builder.free_port(), 1, device=args.device)
+    if args.model == "hybrid":
+        report = {**run.meta, "megatron_core": version("megatron-core"), "configs": {
+            ("tied" if tied else "untied"): hybrid_check(args, tied) for tied in (True, False)}}
+        model_builder.shutdown()
+        run.log(json.dumps(report, indent=1))
+        run.write("hybrid_check.json", report)
+        return 0
     model, cfg = build(args)
     input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg, device=args.device)
     adv = torch.randn(cfg.batch, cfg.seq, generator=torch.Generator().manual_seed(0)).to(
@@ -134,3 +160,62 @@ def main(args, argv) -> int:
     run.log(lines)
     (run.out / "table.md").write_text(lines + "\n")
     return 0
+
+
+def fp32_head_logprob(*, hidden_states, output_layer, output_weight, labels, context, **_):
+    """The fp32-head reference processor (TP 1): hidden states and weight upcast."""
+    weight = output_layer.weight if output_weight is None else output_weight
+    logits = torch.nn.functional.linear(hidden_states.float(), weight.float())
+    logp = torch.log_softmax(logits / context["temperature"], dim=-1)  # [s, b, v]
+    picked = logp.gather(-1, labels.transpose(0, 1).unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return {"log_probs": picked.transpose(0, 1), "entropy": entropy.transpose(0, 1)}
+
+
+def differences(got, ref) -> dict:
+    """Max and mean abs differences of (log-probs, entropy, grads); the max gradient
+    difference relative to the gradient's largest entry."""
+    return {"log_probs_max_abs": (got[0] - ref[0]).abs().max().item(),
+            "log_probs_mean_abs": (got[0] - ref[0]).abs().mean().item(),
+            "entropy_max_abs": (got[1] - ref[1]).abs().max().item(),
+            "grad_max_rel": max(((got[2][k] - g).abs().max() / g.abs().max().clamp(
+                min=1e-30)).item() for k, g in ref[2].items())}
+
+
+def hybrid_check(args, tied: bool) -> dict:
+    """One row of ``--model hybrid``: fused vs the logits path (and an fp32 head in bf16)."""
+    if args.device == "cpu":
+        cfg = model_builder.ModelConfig(model="hybrid", tied=tied, **_sizes(args))
+    else:
+        cfg = model_builder.ModelConfig(**{"vocab": 151936, "seq": 2048, "batch": 4,
+                                           **_sizes(args)}, model="hybrid", tied=tied,
+                                        hidden=2048, heads=16, dtype=torch.bfloat16)
+    model = model_builder.build_model(cfg, device=args.device)
+    input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg, device=args.device)
+    gen = torch.Generator().manual_seed(7)
+    coeffs = [torch.randn(cfg.batch, cfg.seq, generator=gen).to(args.device) for _ in range(2)]
+
+    def step(processor):
+        out = model(input_ids, position_ids, mask, labels=labels, output_processor=processor,
+                    output_processor_context={"temperature": TEMPERATURE})
+        ((out["log_probs"] * coeffs[0]).sum() + (out["entropy"] * coeffs[1]).sum()).backward()
+        grads = {k: g.float() for k, g in model_builder.grads(model).items()}
+        model.zero_grad(set_to_none=True)
+        return out["log_probs"].detach().float(), out["entropy"].detach().float(), grads
+
+    paths = {"fused": "fused_logprob", "logits_path": model_builder.logits_path_logprob}
+    fused, ref = (step(p) for p in paths.values())
+    row = {"class": type(model).__name__, "tokens": cfg.batch * cfg.seq, "vocab": cfg.vocab,
+           "hidden": cfg.hidden, "dtype": str(cfg.dtype), **differences(fused, ref),
+           "n_grads": len(ref[2])}
+    if cfg.dtype != torch.float32:  # the logits path's own rounding, told apart
+        fp32 = step(fp32_head_logprob)
+        row["vs_fp32_head"] = {"fused": differences(fused, fp32),
+                               "logits_path": differences(ref, fp32)}
+    if args.device == "cuda":  # single synchronized calls, the first (compiling) not timed
+        for name, p in paths.items():
+            got = timing.interleaved({"call": lambda p=p: step(p)}, [()], args.rounds,
+                                     single=True, heat_s=0, warmup_calls=1)["call"]
+            row[name] = {"fwd_bwd_ms": got.median_ms, "peak_extra_mib": 1024 * peak_extra_gib(
+                lambda _, p=p: step(p), (coeffs[0],))}
+    return row

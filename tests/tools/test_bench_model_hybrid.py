@@ -1,4 +1,5 @@
-"""tools/hybrid_check.py --device cpu: the tool the compatibility matrix runs per release."""
+"""``bench model --model hybrid --device cpu``: the check the compatibility matrix runs per
+release."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_cpu_run_reports_the_hybrid_model_within_tolerance(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, str(REPO / "tools" / "hybrid_check.py"), "--device",
-                           "cpu", "--out", str(tmp_path)], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "tools.bench", "model", "--model", "hybrid",
+                           "--device", "cpu", "--out", str(tmp_path)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "hybrid_check.json").read_text())
     assert sorted(report["configs"]) == ["tied", "untied"]
