@@ -15,11 +15,10 @@ from . import batch_invariance, label_check
 from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
-from .validation import validate_inputs, validate_matrices  # the latter: for processors/
+from .validation import validate_inputs
 from .vocab_parallel import merge_stats, shard_labels, shard_layout
 
-__all__ = ["LinearLogprobEntropy", "linear_logprob_entropy", "validate_inputs",
-           "validate_matrices"]
+__all__ = ["LinearLogprobEntropy", "linear_logprob_entropy"]
 
 class LinearLogprobEntropy(torch.autograd.Function):
     @staticmethod

@@ -23,8 +23,7 @@ from .temperature import inverse_temperature
 from .validation import validate_matrices, validate_token_ids
 from .vocab_parallel import merge_stats, shard_ids, shard_layout
 
-__all__ = ["LinearLogprobsAt", "backward_at_ids", "entropy_from_stats", "linear_logprobs_at",
-           "validate_token_ids"]
+__all__ = ["LinearLogprobsAt", "backward_at_ids", "entropy_from_stats", "linear_logprobs_at"]
 
 
 def backward_at_ids(impl, hidden, weight, local_ids, inv_t, lse, mean_z, grad_at_ids,

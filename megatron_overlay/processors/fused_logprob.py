@@ -18,9 +18,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..ops.linear_logprob import LinearLogprobEntropy, validate_inputs
+from ..ops.linear_logprob import LinearLogprobEntropy
 from ..ops.params import DEFAULT_IGNORE_INDEX, LogprobParams
 from ..ops.temperature import rows_from_batch_seq
+from ..ops.validation import validate_inputs
 from .context import read_context
 
 # the output_processor_context keys each processor accepts, with their defaults

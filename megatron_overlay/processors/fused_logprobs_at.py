@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ops.linear_logprob import validate_matrices
-from ..ops.linear_logprobs_at import LinearLogprobsAt, validate_token_ids
+from ..ops.linear_logprobs_at import LinearLogprobsAt
 from ..ops.params import LogprobParams
+from ..ops.validation import validate_matrices, validate_token_ids
 from .context import REQUIRED, read_context
 from .fused_logprob import FieldAccess, flatten_inputs
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..ops.linear_logprob import validate_inputs, validate_matrices
 from ..ops.linear_topk import LinearTopkLogprobs, validate_k
 from ..ops.params import DEFAULT_IGNORE_INDEX, LogprobParams
+from ..ops.validation import validate_inputs, validate_matrices
 from .context import REQUIRED, read_context
 from .fused_logprob import FieldAccess, flatten_inputs
 
