@@ -4,9 +4,9 @@
 #                                          the pin (the README's cluster route), every `gpu`
 #                                          test, the demo (1 or 2 GPUs)
 #   tools/device.sh checks WHEELS BASE OUT the Triton/CUDA-graph/invariance tests, then
-#                                          `bench baseline` against BASE/megatron_overlay_base
+#                                          `bench op --baseline BASE` (BASE/megatron_overlay_base)
 #   tools/device.sh protocols BASE OUT     `bench op --diagnose`, the issue's command twice,
-#                                          `bench baseline` with two fb variants (8192 tokens)
+#                                          `bench op --baseline` with two fb variants (8192 tokens)
 #   tools/device.sh peers PEER_WHEELS OUT  `bench op --host-profile`; every method, 3 shapes,
 #                                          twice in two processes (ROUNDS, BENCH_ARGS)
 #   tools/device.sh hybrid WHEELS OUT      per upstream wheel: overlay wheel, status,
@@ -65,7 +65,7 @@ checks)
   CUDA_VISIBLE_DEVICES=${GPUS:-0,1} python3 -m pytest -q -p no:cacheprovider -rs -m gpu \
     tests/ops/test_cuda_graphs.py tests/ops/test_batch_invariance_gpu.py \
     tests/ops/test_triton_gpu.py 2>&1 | tee "$OUT/pytest.txt" | tail -25
-  CUDA_VISIBLE_DEVICES=0 bench baseline --baseline "$2" --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tail -12
+  CUDA_VISIBLE_DEVICES=0 bench op --baseline "$2" --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tail -12
   ;;
 protocols)
   bench op --diagnose $SHAPE8K --methods gemm,ours --rounds 7 --out "$OUT/diag" 2>&1 | tail -30
@@ -73,7 +73,7 @@ protocols)
     bench op --shapes $SHAPE8K --methods gemm,ours --repeats 5 --no-grad-check \
       --out "$OUT/issue_cmd_$i" 2>&1 | tail -4
   done
-  bench baseline --baseline "$1" --rounds 7 --grad-shape "" \
+  bench op --baseline "$1" --rounds 7 --grad-shape "" \
     --fb-variant b512:BACKWARD_EXTRA_BUDGET_BYTES=536870912 \
     --fb-variant blk4096:BACKWARD_BLOCK_TOKENS=4096 --out "$OUT/vs_base" 2>&1 | tail -12
   ;;
@@ -145,7 +145,7 @@ smoke)
     "op --timeline 1024,512,16384"
     "op --host-profile 1024,512,16384"
     "distill --shapes 1024,512,16384 --ks 1,8 ${quick[*]} --sweep 1024,512,16384,8 --sweep-splits 1,2"
-    "baseline --baseline /tmp/smoke-base --shapes 2048,1024,32768 --grad-shape 1024,256,4096 --fb-variant b64:BACKWARD_EXTRA_BUDGET_BYTES=67108864 --profile 1024,512,8192 ${quick[*]}"
+    "op --baseline /tmp/smoke-base --shapes 2048,1024,32768 --grad-shape 1024,256,4096 --fb-variant b64:BACKWARD_EXTRA_BUDGET_BYTES=67108864 --breakdown ${quick[*]}"
     "model --layers 2 --seq 512 --vocab 32768 --rounds 2"
     "model --model hybrid --seq 512 --vocab 32768 --rounds 2"
     "tp --worlds 1 --shape 2048,1024,32768 --rounds 2"

@@ -3,6 +3,7 @@ errors and every subcommand that runs without a GPU, at a tiny size (its timings
 GPU: docs/BENCHMARKS.md)."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,7 @@ def test_table_shows_ratio_ranges_and_leaves_missing_cells_empty():
             {"N": 8, "H": 4, "V": 16, "method": "ours", "outputs": "lp", "fwd_ms": 1.05,
              "fwd_x": 1.05, "fwd_x_min": 1.01, "fwd_x_max": 1.09, "lp_err": 4.5e-5}]
     lines = report.table(rows).splitlines()
-    assert len(lines) == 4 and all(line.count("|") == 13 for line in lines)
+    assert len(lines) == 4 and all(line.count("|") == 16 for line in lines)
     ours = lines[3].split("|")
     assert ours[6].strip() == "1.050 (1.010-1.090)"
     assert ours[7].strip() == ""  # no fb timing: an empty cell, not a made-up number
@@ -146,6 +147,24 @@ def test_cpu_smoke_run_of_the_method_table(tmp_path):
     # the materialized reference rounds its logits to bf16 before the fp32 softmax
     assert 1e-4 < rows["materialized"]["lp_err"] < 0.1
     assert "| 64, 32, 512 | ours |" in (out / "table.md").read_text()
+
+
+def test_cpu_smoke_run_against_a_baseline_copy_of_the_package(tmp_path):
+    # op --baseline: base, ours, ours_var (forward only), an fb variant (fb only)
+    shutil.copytree(REPO / "megatron_overlay", tmp_path / "base" / "megatron_overlay_base")
+    out = tmp_path / "vs_base"
+    assert bench([
+        "op", "--device", "cpu", "--baseline", str(tmp_path / "base"), "--shapes", "64,32,512",
+        "--fb-variant", "blk:BACKWARD_BLOCK_TOKENS=16", "--rounds", "2", "--burst-ms", "2",
+        "--heat-s", "0", "--out", str(out)]) == 0
+    rows = {r["method"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
+    assert list(rows) == ["gemm", "base", "ours", "ours_var", "fb_blk"]
+    assert "fb_ms" not in rows["ours_var"] and "fwd_ms" not in rows["fb_blk"]
+    for m in ("base", "ours", "ours_var"):
+        assert rows[m]["invariant_rows"] == 64 and rows[m]["lp_err"] < 1e-4
+        x, lo, hi = rows[m]["fwd_vs_base"]
+        assert lo <= x <= hi
+    assert rows["base"]["fb_vs_base"] == [1.0, 1.0, 1.0] and len(rows["fb_blk"]["fb_vs_base"]) == 3
 
 
 def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):

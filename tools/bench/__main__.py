@@ -1,8 +1,8 @@
 """``python -m tools.bench <subcommand>`` from the repository root (docs/BENCHMARKS.md):
 
-  op        the fused op against the GEMM floor, materialized logits and peers
+  op        the fused op against the GEMM floor, materialized logits, peers and (--baseline)
+            a copy of the package from another commit
   distill   the distillation ops (top-k forward, log-probs at ids forward+backward)
-  baseline  this checkout's op against a baseline copy of the package
   model     fused log-probs against the logits path in a megatron GPTModel or hybrid model
   tp        the op at TP = 1 against TP = 2 (vocab split over 2 GPUs)
   cpu       the chunked torch path against materialized logits, on the CPU
@@ -14,7 +14,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ("op", "distill", "baseline", "model", "tp", "cpu")
+SUBCOMMANDS = ("op", "distill", "model", "tp", "cpu")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -3,7 +3,10 @@ materialized-logits reference, and ours (megatron_overlay.ops.linear_logprob_ent
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import importlib
+import os
 
 import torch
 
@@ -43,6 +46,7 @@ class Method:
     ``fb(h, w, y, a, b)`` -> (d_hidden, d_weight) of sum(a * logprob + b * entropy)."""
     name = "?"
     outputs = "logprob+entropy"
+    phases = ("fwd", "fb")  # the phases op times
 
     def fwd(self, h, w, y):
         raise NotImplementedError
@@ -86,21 +90,48 @@ class Materialized(Method):
 
 
 class Ours(Method):
+    """The op of ``package`` (op --baseline: the copy megatron_overlay_base); ``invariant``
+    False sets MEGATRON_OVERLAY_BATCH_INVARIANT=0 around each call, ``overrides`` set
+    megatron_overlay.ops.kernels.autotune_configs attributes around it (e.g.
+    {"BACKWARD_EXTRA_BUDGET_BYTES": 480 << 20})."""
     name, outputs = "ours", "logprob+entropy"
 
-    def __init__(self, package: str = "megatron_overlay", name: str | None = None,
-                 entropy: bool = True):
-        import importlib
+    def __init__(self, package="megatron_overlay", name=None, entropy=True, invariant=True,
+                 overrides=None, phases=("fwd", "fb")):
         self.op = importlib.import_module(f"{package}.ops").linear_logprob_entropy
-        self.entropy = entropy
-        if name:
-            self.name = name
+        self.entropy, self.invariant, self.overrides, self.phases = (
+            entropy, invariant, overrides or {}, phases)
+        self.name = name or self.name
         if not entropy:
             self.outputs = "logprob"
 
+    @contextlib.contextmanager
+    def _configured(self):
+        autotune_configs = importlib.import_module(
+            "megatron_overlay.ops.kernels.autotune_configs") if self.overrides else None
+        saved = {k: getattr(autotune_configs, k) for k in self.overrides}
+        if not self.invariant:
+            os.environ[INVARIANCE_ENV] = "0"
+        for k, v in self.overrides.items():
+            setattr(autotune_configs, k, v)
+        try:
+            yield
+        finally:
+            if not self.invariant:
+                os.environ.pop(INVARIANCE_ENV, None)
+            for k, v in saved.items():
+                setattr(autotune_configs, k, v)
+
     def fwd(self, h, w, y):
-        return self.op(h, w, y, temperature=TEMPERATURE, return_entropy=self.entropy)
+        with self._configured():
+            return self.op(h, w, y, temperature=TEMPERATURE, return_entropy=self.entropy)
+
+    def fb(self, h, w, y, a, b):
+        with self._configured():  # the overrides reach the backward too
+            return super().fb(h, w, y, a, b)
 
 
+INVARIANCE_ENV = "MEGATRON_OVERLAY_BATCH_INVARIANT"
 BUILTIN = {"gemm": Gemm, "materialized": Materialized, "ours": Ours,
-           "ours_noent": lambda: Ours(name="ours_noent", entropy=False)}
+           "ours_noent": lambda: Ours(name="ours_noent", entropy=False),
+           "ours_var": lambda: Ours(name="ours_var", invariant=False, phases=("fwd",))}

@@ -9,11 +9,22 @@ first tokens. Methods: tools/bench/methods.py (gemm, materialized, ours, ours_no
 tools/bench/peers.py (verl, liger_scaled_ce, liger_flce, cce, cce_frozen_w; optional).
 Writes results.json, table.md and bench.png (time and memory relative to the floor).
 
+``--baseline DIR``: a copy of the package from another commit, DIR/megatron_overlay_base
+(imported from there, sys.path left alone), as the method "base"; the default methods
+become gemm,base,ours,ours_var (ours_var: batch invariance off, forward only), every
+method's times also get ratios to base paired per round ({phase}_vs_base), and the
+gradient check covers base too. ``--fb-variant NAME:KEY=VALUE[,...]``: ours with
+autotune_configs overrides, timed forward+backward only, as fb_NAME. Per method "fb_extra_gib"
+is the fb peak beyond the two bf16 gradients every method returns; "invariant_rows" how many
+of the first 1024 tokens' outputs are bitwise the same computed alone.
+
     python -m tools.bench op --out out/bench            # every method, 3 shapes
     python -m tools.bench op --shapes 8192,4096,151936 --methods gemm,ours
     python -m tools.bench op --diagnose 8192,4096,151936 --out out/diag
     python -m tools.bench op --sweep 8192,4096,151936 --out out/sweep
     python -m tools.bench op --replot out/bench/results.json --out out/bench
+    cp -r megatron_overlay /tmp/base/megatron_overlay_base   # (from the old checkout)
+    python -m tools.bench op --baseline /tmp/base --out out/vs_base
     python -m tools.bench op --device cpu --shapes 64,32,512 --rounds 2 --burst-ms 2 --heat-s 0
 """
 
@@ -21,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import importlib.util
 import json
 import sys
 import traceback
@@ -33,11 +45,34 @@ from .report import Run
 from .timing import timing_options
 from .clocks import ClockSampler
 from .inputs import ACC_ROWS, SHAPES, fp64_reference, loss_coeffs, make_inputs, max_err, shape
-from .methods import BUILTIN, peak_extra_gib
+from .methods import BUILTIN, GiB, Ours, peak_extra_gib
 from .peers import PEERS
 
 METHODS = {**BUILTIN, **PEERS}
 DEFAULT_METHODS = "gemm,materialized,ours,verl,liger_scaled_ce,liger_flce,cce"
+BASELINE_METHODS = "gemm,base,ours,ours_var"
+BASE_PACKAGE = "megatron_overlay_base"
+
+
+def load_baseline(folder: Path) -> None:
+    """Import DIR/megatron_overlay_base and add the method "base" (its op)."""
+    root = folder / BASE_PACKAGE
+    spec = importlib.util.spec_from_file_location(
+        BASE_PACKAGE, root / "__init__.py", submodule_search_locations=[str(root)])
+    if spec is None:
+        raise SystemExit(f"--baseline: no {BASE_PACKAGE} package in {folder}")
+    sys.modules[BASE_PACKAGE] = module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    METHODS["base"] = lambda: Ours(package=BASE_PACKAGE, name="base")
+
+
+def add_fb_variant(spec: str) -> str:
+    """NAME:KEY=VALUE[,KEY=VALUE] -> the method fb_NAME (ours with those overrides)."""
+    name, _, pairs = spec.partition(":")
+    overrides = {k: int(v) for k, v in (p.split("=") for p in pairs.split(","))}
+    METHODS[f"fb_{name}"] = lambda: Ours(name=f"fb_{name}", overrides=overrides,
+                                         phases=("fb",))
+    return f"fb_{name}"
 
 
 def _version(package: str) -> str | None:
@@ -67,14 +102,18 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
             for m, o in objs.items()}
     phases = (("fwd", [(h, w, y) for h, y in sets], torch.no_grad),
               ("fb", [(h, w, y, a, b) for h, y in sets], torch.enable_grad))
+    grads_gib = (n * hdim + v * hdim) * 2 / GiB
     for phase, inputs, ctx in phases:
         live = {m: getattr(o, phase) for m, o in objs.items()
-                if not (phase == "fb" and m in args.fwd_only)}
+                if phase in o.phases and not (phase == "fb" and m in args.fwd_only)}
         with ctx():
             got = timing.interleaved(live, inputs, args.rounds, burst_ms=args.burst_ms,
                                      heat_s=args.heat_s, clocks=clocks, log=log,
                                      cuda=args.device == "cuda")
         ratios = timing.paired_ratios(got, "gemm")
+        if "base" in got:
+            for m, r in timing.paired_ratios(got, "base").items():
+                rows[m][f"{phase}_vs_base"] = list(r)
         for m, t in got.items():
             rec = timing.summarize(t)
             if "error" in rec:
@@ -91,12 +130,19 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
                 continue
             try:
                 with ctx():
-                    rows[m][f"{phase}_peak_gib"] = peak_extra_gib(live[m], inputs[0])
+                    peak = rows[m][f"{phase}_peak_gib"] = peak_extra_gib(live[m], inputs[0])
+                    if phase == "fb" and peak is not None:
+                        rows[m]["fb_extra_gib"] = max(peak - grads_gib, 0.0)
                     if phase == "fwd":
                         out = objs[m].fwd(*inputs[0])
                         lp, ent = out if isinstance(out, tuple) else (None, None)
                         rows[m]["lp_err"], rows[m]["ent_err"] = (max_err(lp, ref_lp),
                                                                  max_err(ent, ref_ent))
+                        if lp is not None and ent is not None:
+                            k = min(ACC_ROWS, n)
+                            lp1, ent1 = objs[m].fwd(sets[0][0][:k], w, sets[0][1][:k])
+                            rows[m]["invariant_rows"] = int(
+                                ((lp1 == lp[:k]) & (ent1 == ent[:k])).sum())
                         del out, lp, ent
             except Exception as e:
                 rows[m][f"{phase}_peak_error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -131,7 +177,12 @@ def diagnose(shape, args, clocks, log):
 def add_arguments(p):
     p.add_argument("--shapes", default=";".join(",".join(map(str, s)) for s in SHAPES),
                    help="N,H,V[;N,H,V...]")
-    p.add_argument("--methods", default=DEFAULT_METHODS, help=f"of {','.join(METHODS)}")
+    p.add_argument("--methods", help=f"of {','.join(METHODS)}; default {DEFAULT_METHODS} "
+                                     f"({BASELINE_METHODS} with --baseline)")
+    p.add_argument("--baseline", help="a folder holding the package megatron_overlay_base")
+    p.add_argument("--fb-variant", action="append", default=[],
+                   help="NAME:KEY=VALUE[,KEY=VALUE]: ours with autotune_configs overrides, "
+                        "timed in fb (e.g. b480:BACKWARD_EXTRA_BUDGET_BYTES=503316480)")
     timing_options(p)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a smoke run of the tool's code on tiny shapes (host-clock "
@@ -141,7 +192,10 @@ def add_arguments(p):
     p.add_argument("--skip", default="", help="method@N pairs to skip, e.g. materialized@32768")
     p.add_argument("--fwd-only", default="", help="methods timed forward only")
     p.add_argument("--no-grad-check", action="store_true")
-    p.add_argument("--breakdown", action="store_true", help="per-kernel times of ours (profiler)")
+    p.add_argument("--grad-shape", help="N,H,V of the gradient check (default 2048 tokens at "
+                                        "the first shape's H,V; '' to skip)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="per-kernel times of ours and base (profiler)")
     p.add_argument("--diagnose", default="", help="N,H,V: compare timing protocols there")
     p.add_argument("--protocols", default="old_tool,single,cold,burst,burst_fixed_input,"
                                           "burst_fixed_order,graph")
@@ -165,7 +219,11 @@ def replot(results: Path, out: Path) -> int:
 
 def main(args, argv) -> int:
     args.fwd_only = {m for m in args.fwd_only.split(",") if m}
-    args.methods = [m for m in args.methods.split(",") if m]
+    if args.baseline:
+        load_baseline(Path(args.baseline))
+    args.methods = [m for m in (args.methods or (BASELINE_METHODS if args.baseline else
+                                                 DEFAULT_METHODS)).split(",") if m]
+    args.methods += [add_fb_variant(spec) for spec in args.fb_variant]
     args.protocols = [x for x in args.protocols.split(",") if x]
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
@@ -204,13 +262,16 @@ def main(args, argv) -> int:
             log(f"shape N={n} H={hdim} V={v}")
             ms = [m for m in args.methods if f"{m}@{n}" not in skip]
             rows += bench_shape(n, hdim, v, ms, args, clocks, log)
-            if args.breakdown and "ours" in ms:
-                extra[f"breakdown_{n}"] = profiling.kernel_breakdown(n, hdim, v, log)
+            for m in (m for m in ("ours", "base") if args.breakdown and m in ms):
+                key = f"breakdown_{n}" if m == "ours" else f"breakdown_{m}_{n}"
+                extra[key] = profiling.kernel_breakdown(n, hdim, v, log, METHODS[m]())
             run.write("results.json", {"meta": meta, "rows": rows, **extra})
-    if not args.no_grad_check and args.device == "cuda":
+    if args.grad_shape is None:
+        args.grad_shape = "2048,{},{}".format(*shape(args.shapes.split(";")[0])[1:])
+    if args.grad_shape and not args.no_grad_check and args.device == "cuda":
         try:
-            n, hdim, v = shape(args.shapes.split(";")[0])
-            extra["grad_check"] = profiling.grad_check(hdim, v, 2048, log)
+            checked = {m: METHODS[m]() for m in ("ours", "base") if m in METHODS}
+            extra["grad_check"] = profiling.grad_check(checked, *shape(args.grad_shape), log)
         except Exception:
             log("grad check failed: " + traceback.format_exc()[-800:])
     run.write("results.json", {"meta": meta, "rows": rows, **extra})

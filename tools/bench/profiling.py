@@ -20,31 +20,36 @@ def _fb_inputs(n, hdim, v):
     return h, w, y, a, b
 
 
-def grad_check(hdim, v, n, log):
-    """Our d_hidden, d_weight (bf16) vs an fp32 autograd reference on the same bf16 inputs,
-    in units of the error of rounding that reference to bf16."""
+def grad_check(methods, n, hdim, v, log):
+    """Each method's d_hidden, d_weight (bf16) vs an fp32 autograd reference on the same
+    bf16 inputs: relative Frobenius error, also in units of the error of rounding that
+    reference to bf16 (under "bf16_rounding")."""
     sets, w = make_inputs(n, hdim, v, seed=7)
     h, y = sets[0]
     a, b = loss_coeffs(n, w.device, seed=3)
     ref = dict(zip(("d_hidden", "d_weight"), fp32_grads(h, w, y, a, b)))
-    out = {}
-    for key, got in zip(("d_hidden", "d_weight"), Ours().fb(h, w, y, a, b)):
-        r = ref[key]
-        rounding = (r.to(torch.bfloat16).float() - r).norm().item()
-        err = (got.float() - r).norm().item()
-        out[key] = {"rel_err": err / r.norm().item(), "vs_bf16_rounding": err / max(rounding, 1e-30),
-                    "max_abs": (got.float() - r).abs().max().item(),
-                    "bf16_rounding_max_abs": (r.to(torch.bfloat16).float() - r).abs().max().item()}
-    log(f"  grad check N={n} H={hdim} V={v}: {json.dumps(out)}")
+
+    def errors(got, r):
+        return {"rel_err": (got - r).norm().item() / r.norm().item(),
+                "max_abs": (got - r).abs().max().item()}
+
+    out = {"N": n, "H": hdim, "V": v, "bf16_rounding": {
+        k: errors(r.to(torch.bfloat16).float(), r) for k, r in ref.items()}}
+    for m, method in methods.items():
+        out[m] = {k: errors(got.float(), ref[k]) for k, got in zip(ref, method.fb(h, w, y, a, b))}
+        for k, e in out[m].items():
+            e["vs_bf16_rounding"] = e["rel_err"] / max(out["bf16_rounding"][k]["rel_err"], 1e-30)
+    log(f"  grad check: {json.dumps(out)}")
     return out
 
 
-def kernel_breakdown(n, hdim, v, log):
-    """Per-kernel CUDA time of one forward+backward of ours (torch.profiler)."""
+def kernel_breakdown(n, hdim, v, log, method=None):
+    """Per-kernel CUDA time of one forward+backward of ``method`` (ours; torch.profiler)."""
     h, w, y, a, b = _fb_inputs(n, hdim, v)
+    method = method or Ours()
 
     def step():
-        Ours().fb(h, w, y, a, b)
+        method.fb(h, w, y, a, b)
 
     step()
     torch.cuda.synchronize()
@@ -65,7 +70,7 @@ def kernel_breakdown(n, hdim, v, log):
     end.record()
     torch.cuda.synchronize()
     top["(one step, CUDA events)"] = start.elapsed_time(end)
-    log(f"  kernel breakdown (ms) N={n}: {json.dumps(top)}")
+    log(f"  kernel breakdown (ms) {method.name} N={n}: {json.dumps(top)}")
     return top
 
 

@@ -46,24 +46,30 @@ def _fmt(x, f):
     return "" if x is None else format(x, f)
 
 
-def _ratio(r, phase):
-    x = r.get(f"{phase}_x")
-    if x is None:
+def _ratio(r, phase, key="x"):
+    """"x (lo-hi)" from {phase}_x/_x_min/_x_max or a list {phase}_vs_base = [x, lo, hi]."""
+    got = r.get(f"{phase}_{key}")
+    lo, hi = (r.get(f"{phase}_x_min"), r.get(f"{phase}_x_max")) if key == "x" else (None, None)
+    if isinstance(got, list):
+        got, lo, hi = got
+    if got is None:
         return ""
-    lo, hi = r.get(f"{phase}_x_min"), r.get(f"{phase}_x_max")
-    return f"{x:.3f} ({lo:.3f}-{hi:.3f})" if lo is not None else f"{x:.3f}"
+    return f"{got:.3f} ({lo:.3f}-{hi:.3f})" if lo is not None else f"{got:.3f}"
 
 
 def table(rows):
+    methods = {r["method"] for r in rows}
     head = ("N, H, V", "method", "outputs", "fwd ms", "fb ms", "fwd x GEMM (rounds' range)",
             "fb x 3 GEMMs (range)", "fwd peak GiB", "fb peak GiB", "logprob err", "entropy err",
-            "SM MHz fwd / fb")
+            "SM MHz fwd / fb", "fwd / fb x base (range)", "fb extra GiB", "invariant rows")
     return markdown(head, [
         (f"{r['N']}, {r['H']}, {r['V']}", r["method"], r["outputs"],
          _fmt(r.get("fwd_ms"), ".2f"), _fmt(r.get("fb_ms"), ".2f"), _ratio(r, "fwd"),
          _ratio(r, "fb"), _fmt(r.get("fwd_peak_gib"), ".3f"), _fmt(r.get("fb_peak_gib"), ".2f"),
          _fmt(r.get("lp_err"), ".1e"), _fmt(r.get("ent_err"), ".1e"),
-         f"{_fmt(r.get('fwd_sm_mhz'), '.0f')} / {_fmt(r.get('fb_sm_mhz'), '.0f')}")
+         f"{_fmt(r.get('fwd_sm_mhz'), '.0f')} / {_fmt(r.get('fb_sm_mhz'), '.0f')}",
+         " / ".join(_ratio(r, p, "vs_base") for p in ("fwd", "fb")) if "base" in methods else "",
+         _fmt(r.get("fb_extra_gib"), ".3f"), _fmt(r.get("invariant_rows"), "d"))
         for r in rows])
 
 
