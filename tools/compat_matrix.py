@@ -1,22 +1,12 @@
 #!/usr/bin/env python3
 """The compatibility matrix: every supported megatron-core release, by both install routes.
 
-For each release, under the Python/torch environment of the release's family
-(tools/env.sh):
-- in place: upstream's wheel installed with ``pip install --no-deps --target`` into a
-  scratch directory, its state recorded, the overlay's patch set applied, byte-compiled,
-  ``verify``-ed;
-- wheel: ``megatron-overlay wheel`` built from upstream's wheel, installed with
-  ``pip install --no-deps --target`` into a fresh directory, ``verify``-ed, and the
-  contract tests (tests/core/test_hook_contract.py, test_hybrid_hook.py, test_patching.py,
-  test_install.py: real GPTModel and hybrid model, gloo, TP 1 and 2; patch/unpatch/refuse/
-  kill on upstream's files) run with that directory first on PYTHONPATH.
-On both routes' trees, the hybrid model (MambaModel / HybridModel) runs
-``python -m tools.bench model --model hybrid --device cpu``:
-``output_processor="fused_logprob"`` by name against its logits path, values and every
-gradient (TP 1, tied and untied).
-Writes docs/COMPATIBILITY.md. Releases: every patch set, plus the yanked releases that
-patch sets serve by content (0.18.1, 0.19.1).
+Under each release's family environment (tools/env.sh): upstream's wheel patched in place,
+and the overlay's wheel installed, each `verify`-ed and run through
+``python -m tools.bench model --model hybrid --device cpu``; on the wheel, the contract
+tests. Writes docs/compatibility.json and docs/COMPATIBILITY.md (whose header says what
+each column checks). Releases: every patch set, plus the yanked releases that patch sets
+serve by content (0.18.1, 0.19.1).
 
     python tools/compat_matrix.py                  # every release (about 60 min on 2 cores)
     python tools/compat_matrix.py 0.13.0 0.17.1    # some (rows for others are kept)
@@ -40,16 +30,28 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tools"))
-
-from make_patches import SAME_FILES_AS, fetch_wheel  # noqa: E402
 
 from megatron_overlay import patching  # noqa: E402
+from tools.make_patches import SAME_FILES_AS, fetch_wheel  # noqa: E402
 
 OUT = REPO / "docs" / "COMPATIBILITY.md"
 RESULTS = REPO / "docs" / "compatibility.json"
 CONTRACT_TESTS = ["tests/core/test_hook_contract.py", "tests/core/test_hybrid_hook.py",
                   "tests/core/test_patching.py", "tests/core/test_install.py"]
+HYBRID_TOL = 1e-5
+
+
+def sh(*cmd, tree: Path | None = None, **kw) -> subprocess.CompletedProcess:
+    """Run ``cmd`` from the repository, output captured; ``tree``: that core first on
+    PYTHONPATH (then the repository), warnings off."""
+    if tree is not None:
+        kw["env"] = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(REPO)]),
+                         PYTHONWARNINGS="ignore")
+    return subprocess.run([str(c) for c in cmd], cwd=REPO, capture_output=True, text=True, **kw)
+
+
+def release_key(release: str) -> tuple:
+    return tuple(int(p) for p in release.split("."))
 
 
 def family_env(release: str) -> str:
@@ -59,23 +61,11 @@ def family_env(release: str) -> str:
         minor, "0.19.2")
 
 
-def venv_python(release: str) -> Path:
-    venv = subprocess.run([str(REPO / "tools" / "env.sh"), family_env(release)], check=True,
-                          capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    return REPO / venv / "bin" / "python"
-
-
-HYBRID_TOL = 1e-5
-
-
 def hybrid_check(python: Path, tree: Path, out: Path) -> dict:
     """``bench model --model hybrid --device cpu`` against the core in ``tree``: the worst
     difference of its configs, and whether all are within HYBRID_TOL."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), str(REPO)]),
-               PYTHONWARNINGS="ignore")
-    proc = subprocess.run([str(python), "-m", "tools.bench", "model", "--model", "hybrid",
-                           "--device", "cpu", "--out", str(out)], cwd=REPO, env=env, capture_output=True,
-                          text=True)
+    proc = sh(python, "-m", "tools.bench", "model", "--model", "hybrid", "--device", "cpu",
+              "--out", out, tree=tree)
     if proc.returncode != 0:
         return {"ok": False, "error": proc.stderr[-1500:]}
     configs = json.loads((out / "hybrid_check.json").read_text())["configs"]
@@ -85,71 +75,64 @@ def hybrid_check(python: Path, tree: Path, out: Path) -> dict:
             "configs": sorted(configs)}
 
 
+def install(python: Path, wheel: Path, target: Path) -> None:
+    shutil.rmtree(target, ignore_errors=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+                    "--disable-pip-version-check", "--target", str(target), str(wheel)],
+                   check=True)
+
+
 def run_release(release: str, work: Path, cache: Path, previous: dict | None = None) -> dict:
     """One row. ``previous``: keep that row's contract-test results instead of running them."""
+    venv = sh(REPO / "tools" / "env.sh", family_env(release), check=True).stdout
+    python = REPO / venv.strip().splitlines()[-1] / "bin" / "python"
     row = {"release": release, "env": family_env(release),
-           "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                                    capture_output=True, text=True).stdout.strip()}
-    python = venv_python(release)
-    row["python"] = subprocess.run([str(python), "-c", "import platform;print(platform."
-                                    "python_version())"], capture_output=True,
-                                   text=True).stdout.strip()
+           "commit": sh("git", "rev-parse", "--short", "HEAD").stdout.strip(),
+           "python": sh(python, "-c", "import platform; print(platform.python_version())"
+                        ).stdout.strip()}
     upstream = fetch_wheel(release, cache)
-    install = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-               "--disable-pip-version-check", "--target"]
     site = work / release
-    shutil.rmtree(site, ignore_errors=True)
-    subprocess.run([*install, str(site), str(upstream)], check=True)
-    before = patching.status(site)
-    row["upstream_state"] = before.state
+    install(python, upstream, site)
+    row["upstream_state"] = patching.status(site).state
     after = patching.patch(site)
     row.update(state=after.state, patch_set=after.patch_set, hook=after.hook,
                name_lookup=after.name_lookup, same_files_as=after.same_files_as)
-    compiled = subprocess.run([str(python), "-m", "compileall", "-q", str(site / "megatron")],
-                              capture_output=True, text=True)
-    row["byte_compiled"] = compiled.returncode == 0
+    row["byte_compiled"] = sh(python, "-m", "compileall", "-q", site / "megatron").returncode == 0
     ok, _, problems = patching.verify(site)
     row["verify"] = "ok" if ok else "; ".join(problems)
     row["hybrid_in_place"] = hybrid_check(python, site, work / f"{release}-hybrid-in-place")
     shutil.rmtree(site, ignore_errors=True)
 
     # the wheel route: build, install into a fresh target, verify, run the contract tests
-    built = subprocess.run([str(python), "-m", "megatron_overlay.cli", "wheel", release,
-                            "--from", str(upstream), "--out", str(work / "wheelhouse")],
-                           cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
-                           capture_output=True, text=True, check=True)
+    built = sh(python, "-m", "megatron_overlay.cli", "wheel", release, "--from", upstream,
+               "--out", work / "wheelhouse", env=dict(os.environ, PYTHONPATH=str(REPO)),
+               check=True)
     wheel = Path(built.stdout.strip().splitlines()[-1])
     row["wheel"] = wheel.name
     target = work / f"{release}-wheel"
-    shutil.rmtree(target, ignore_errors=True)
-    subprocess.run([*install, str(target), str(wheel)], check=True)
+    install(python, wheel, target)
     ok, st, problems = patching.verify(target)
     row["wheel_verify"] = "ok" if ok else "; ".join(problems)
     row["wheel_state"] = st.state
     row["hybrid_wheel"] = hybrid_check(python, target, work / f"{release}-hybrid-wheel")
     if previous is not None:
-        row.update({k: previous[k] for k in ("tests", "tests_ok")})
-        row["tests_commit"] = previous.get("tests_commit", previous.get("commit"))
-        shutil.rmtree(target, ignore_errors=True)
-        print(json.dumps(row), flush=True)
-        return row
-    row["tests_commit"] = row["commit"]
-    # the tests take upstream's wheel from where tools/env.sh keeps them
-    keep = REPO / ".venv" / "wheelhouse" / "upstream"
-    keep.mkdir(parents=True, exist_ok=True)
-    if not list(keep.glob(upstream.name)):
-        shutil.copy(upstream, keep)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), str(REPO)]),
-               PYTHONWARNINGS="ignore")
-    tests = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            *CONTRACT_TESTS], cwd=REPO, env=env, capture_output=True,
-                           text=True)
-    summary = [line for line in tests.stdout.splitlines() if re.search(r"\d+ (passed|failed)",
-                                                                        line)]
-    row["tests"] = summary[-1].strip("= ") if summary else tests.stdout[-300:]
-    row["tests_ok"] = tests.returncode == 0
-    if not row["tests_ok"]:
-        row["tests_tail"] = tests.stdout[-2000:]
+        row.update(tests=previous["tests"], tests_ok=previous["tests_ok"],
+                   tests_commit=previous.get("tests_commit", previous.get("commit")))
+    else:
+        row["tests_commit"] = row["commit"]
+        # the tests take upstream's wheel from where tools/env.sh keeps them
+        keep = REPO / ".venv" / "wheelhouse" / "upstream"
+        keep.mkdir(parents=True, exist_ok=True)
+        if not (keep / upstream.name).exists():
+            shutil.copy(upstream, keep)
+        tests = sh(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CONTRACT_TESTS,
+                   tree=target)
+        summary = [line for line in tests.stdout.splitlines()
+                   if re.search(r"\d+ (passed|failed)", line)]
+        row["tests"] = summary[-1].strip("= ") if summary else tests.stdout[-300:]
+        row["tests_ok"] = tests.returncode == 0
+        if not row["tests_ok"]:
+            row["tests_tail"] = tests.stdout[-2000:]
     shutil.rmtree(target, ignore_errors=True)
     print(json.dumps(row), flush=True)
     return row
@@ -170,51 +153,47 @@ def _tests_commit(row: dict) -> str:
 
 
 def write_markdown(rows: list[dict]) -> None:
-    lines = [
-        "# Compatibility matrix",
-        "",
-        "Generated by `python tools/compat_matrix.py` "
-        f"on {datetime.date.today().isoformat()}, {platform.machine()} CPU, no GPU "
-        "(gloo, TP 1 and 2). For each release, in place: upstream's wheel installed with "
-        "`pip install --no-deps --target`, the overlay's patch set applied, the tree "
-        "byte-compiled and `verify`-ed; wheel route: `megatron-overlay wheel` built from "
-        "upstream's wheel, installed with `pip install --no-deps --target` into a fresh "
-        "directory and `verify`-ed, then the contract tests "
-        f"({', '.join(f'`{t}`' for t in CONTRACT_TESTS)}) run against that installed core: "
-        "signatures as 0.18 (GPTModel and the hybrid class), "
-        "no-processor outputs and gradients bit-identical to upstream (both classes), a 0.18-style processor "
-        "reproducing the default exactly, kwargs by name and order, patch/unpatch/refuse/"
-        "kill at every write, wheels, pip/uv installs. States: `patched` = hook back-ported; "
+    tests = ", ".join(f"`{t}`" for t in CONTRACT_TESTS)
+    header = (
+        f"Generated by `python tools/compat_matrix.py` on {datetime.date.today().isoformat()}, "
+        f"{platform.machine()} CPU, no GPU (gloo, TP 1 and 2). For each release, in place: "
+        "upstream's wheel installed with `pip install --no-deps --target`, the overlay's patch "
+        "set applied, the tree byte-compiled and `verify`-ed; wheel route: `megatron-overlay "
+        "wheel` built from upstream's wheel, installed with `pip install --no-deps --target` "
+        f"into a fresh directory and `verify`-ed, then the contract tests ({tests}) run against "
+        "that installed core: signatures as 0.18 (GPTModel and the hybrid class), no-processor "
+        "outputs and gradients bit-identical to upstream (both classes), a 0.18-style processor "
+        "reproducing the default exactly, kwargs by name and order, patch/unpatch/refuse/kill "
+        "at every write, wheels, pip/uv installs. States: `patched` = hook back-ported; "
         "`native` = GPTModel's hook built in, the overlay adds the name lookup (and the hybrid "
         "model's hook). Skips: the probe's missing-hook test on native releases (it needs a "
         "core without GPTModel's hook), the hybrid model's 0.18+ checks (inference mode, "
-        "block-scope graphs, the MambaModel alias) before 0.18. "
-        "Yanked 0.18.1 and 0.19.1 are served by 0.18.0's and 0.19.0's patch sets (their "
-        "`gpt_model.py` is byte-identical). Hybrid model: on each route's tree, "
-        "`python -m tools.bench model --model hybrid --device cpu` builds the release's "
-        "hybrid class "
-        "(MambaModel before 0.18, HybridModel from 0.18; attention and MLP layers, the "
-        "final norm swapped for torch's, Mamba layers not exercised) and compares "
-        "`output_processor=\"fused_logprob\"` by name with the logits path at TP 1, tied "
-        f"and untied: ok when log-probs, entropy and every gradient agree within "
-        f"{HYBRID_TOL:g} (the worst difference shown). `commit`: where this row's checks "
-        "ran; the contract tests' own commit is named beside them.",
-        "",
+        "block-scope graphs, the MambaModel alias) before 0.18. Yanked 0.18.1 and 0.19.1 are "
+        "served by 0.18.0's and 0.19.0's patch sets (their `gpt_model.py` is byte-identical). "
+        "Hybrid model: on each route's tree, `python -m tools.bench model --model hybrid "
+        "--device cpu` builds the release's hybrid class (MambaModel before 0.18, HybridModel "
+        "from 0.18; attention and MLP layers, the final norm swapped for torch's, Mamba layers "
+        "not exercised) and compares `output_processor=\"fused_logprob\"` by name with the "
+        "logits path at TP 1, tied and untied: ok when log-probs, entropy and every gradient "
+        f"agree within {HYBRID_TOL:g} (the worst difference shown). `commit`: where this row's "
+        "checks ran; the contract tests' own commit is named beside them.")
+    kept = sorted({row["tests_commit"] for row in rows
+                   if row.get("tests_commit", row.get("commit")) != row.get("commit")})
+    if kept:
+        header += (
+            " Contract-test results marked `(at C)` ran at commit C and were kept "
+            f"(`--keep-contract-tests`); at {', '.join(kept)} the patch sets were `overlay.1`, "
+            "GPTModel only, whose patched files are byte-identical to `overlay.2`'s (which adds "
+            "the hybrid model's file: checked in the hybrid column and in every leg of the test "
+            "matrix).")
+    lines = [
+        "# Compatibility matrix", "", header, "",
         "| release | Python | upstream state | in place: `patch` | patch set | "
         "byte-compiled | verify | wheel: installed | verify | hybrid model: in place / wheel "
         "| contract tests (on the wheel) | commit |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    kept = sorted({row["tests_commit"] for row in rows
-                   if row.get("tests_commit", row.get("commit")) != row.get("commit")})
-    if kept:
-        lines[2] += (
-            f" Contract-test results marked `(at C)` ran at commit C and were kept "
-            f"(`--keep-contract-tests`); at {', '.join(kept)} the patch sets were "
-            f"`overlay.1`, GPTModel only, whose patched files are byte-identical to "
-            f"`overlay.2`'s (which adds the hybrid model's file: checked in the hybrid "
-            f"column and in every leg of the test matrix).")
-    for row in sorted(rows, key=lambda r: tuple(int(p) for p in r["release"].split("."))):
+    for row in sorted(rows, key=lambda r: release_key(r["release"])):
         lines.append(
             f"| {row['release']} | {row['python']} | {row['upstream_state']} | {row['state']} | "
             f"{row['patch_set']} | {'yes' if row['byte_compiled'] else 'NO'} | {row['verify']} "
@@ -239,9 +218,8 @@ def main() -> None:
     if args.rewrite:
         write_markdown(json.loads(RESULTS.read_text()))
         return
-    releases = args.releases or sorted(
-        [*patching.supported_releases(), *SAME_FILES_AS],
-        key=lambda r: tuple(int(p) for p in r.split(".")))
+    releases = args.releases or sorted([*patching.supported_releases(), *SAME_FILES_AS],
+                                       key=release_key)
     args.cache.mkdir(parents=True, exist_ok=True)
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
     rows = {r["release"]: r for r in previous}

@@ -1,30 +1,17 @@
 #!/usr/bin/env bash
-# The GPU runs of docs/BENCHMARKS.md, one device call each, from the repository root:
-#   tools/device.sh verify WHEELS OUT      megatron-core 0.19.2 through the overlay's wheel and
-#                                          the pin (the README's cluster route), every `gpu`
-#                                          test, the demo (1 or 2 GPUs)
-#   tools/device.sh checks WHEELS BASE OUT the Triton/CUDA-graph/invariance tests, then
-#                                          `bench op --baseline BASE` (BASE/megatron_overlay_base)
-#   tools/device.sh protocols BASE OUT     `bench op --diagnose`, the issue's command twice,
-#                                          `bench op --baseline` with two fb variants (8192 tokens)
-#   tools/device.sh peers PEER_WHEELS OUT  `bench op --host-profile`; every method, 3 shapes,
-#                                          twice in two processes (ROUNDS, BENCH_ARGS)
-#   tools/device.sh hybrid WHEELS OUT      per upstream wheel: overlay wheel, status,
-#                                          `bench model --model hybrid --device cuda`
-#   tools/device.sh multi-gpu WHEELS OUT   0.19.2 and 0.15.3 patched: tp_check, the 2-GPU
-#                                          tests, schedule_plan_check; `bench tp` (2 GPUs)
-#   tools/device.sh smoke WHEELS OUT       every GPU subcommand of `python -m tools.bench` at a
-#                                          tiny size on one GPU (~3 min), 0.19.2 from WHEELS
-# WHEELS holds upstream's megatron_core-<release>-*.whl. PEER_WHEELS holds the peers' wheels
-# (verl, liger-kernel, cut-cross-entropy) and, optionally, cutlass_all.tar.xz: nvidia-cutlass-dsl
-# 4.8.1 and its libs-base/-core/-cu13 wheels unpacked and packed as one xz tarball (Liger's
-# SM90 path; the cu13 wheel alone is 92 MB). Made with:
-#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#       --platform manylinux_2_28_x86_64 -d W verl==0.9.1 liger-kernel==0.8.5 \
-#       cut-cross-entropy==25.1.1 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1 \
-#       nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1
-#   mkdir C && for w in W/nvidia_cutlass_dsl*.whl; do unzip -q -o $w -d C; done && rm W/nvidia_*
-#   tar -cf - -C C . | xz -9e --lzma2=preset=9e,dict=256MiB -T1 > W/cutlass_all.tar.xz  # 54 MiB
+# The GPU runs of docs/BENCHMARKS.md, one device call each: tools/device.sh MODE ARGS... OUT
+#   verify WHEELS       0.19.2 through the overlay's wheel and the pin (the README's cluster
+#                       route): every `gpu` test, the demo (1 or 2 GPUs)
+#   checks WHEELS BASE  the Triton/CUDA-graph/invariance tests, `bench op --baseline BASE`
+#   protocols BASE      `bench op --diagnose`, the issue's command twice, two fb variants
+#   peers PEER_WHEELS   `bench op --host-profile`; every method, 3 shapes, twice (ROUNDS,
+#                       BENCH_ARGS)
+#   hybrid WHEELS       per upstream wheel: overlay wheel, status, `bench model --model hybrid`
+#   multi-gpu WHEELS    0.19.2 and 0.15.3 patched: tp_check, the 2-GPU tests,
+#                       schedule_plan_check; `bench tp` (2 GPUs)
+#   smoke WHEELS        every GPU subcommand of `python -m tools.bench`, tiny, one GPU (~3 min)
+# WHEELS holds upstream's megatron_core-<release>-*.whl; PEER_WHEELS the peers' wheels
+# (docs/BENCHMARKS.md says how they are made).
 # PACK=1 leaves OUT as one tarball (the device tool returns a limited number of files).
 set -u
 MODE=$1; shift

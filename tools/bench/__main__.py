@@ -1,12 +1,4 @@
-"""``python -m tools.bench <subcommand>`` from the repository root (docs/BENCHMARKS.md):
-
-  op        the fused op against the GEMM floor, materialized logits, peers and (--baseline)
-            a copy of the package from another commit
-  distill   the distillation ops (top-k forward, log-probs at ids forward+backward)
-  model     fused log-probs against the logits path in a megatron GPTModel or hybrid model
-  tp        the op at TP = 1 against TP = 2 (vocab split over 2 GPUs)
-  cpu       the chunked torch path against materialized logits, on the CPU
-"""
+"""``python -m tools.bench <subcommand>`` from the repository root (docs/BENCHMARKS.md)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
 """The fused op's chunked torch path against materialized logits, on the CPU.
 
-For growing N (tokens) and V (vocab), forward (log-prob + entropy) and forward+backward:
-median wall time of single calls (tools/bench/timing.py, host clock), and peak memory above
-the inputs (the process's peak RSS, each measurement in a fresh process because RSS peaks
-never go down). fp32, H=256, T=0.7. Writes results.json (the rows of
+For growing N (tokens) and V (vocab; fp32, H=256), forward and forward+backward: the median
+of single calls (host clock), and the peak RSS above the inputs, each measurement in a
+fresh process because RSS peaks never go down. Writes results.json (the rows of
 docs/bench_cpu_logprob.json) and table.md (the table of docs/BENCHMARKS.md).
 
-    python -m tools.bench cpu --out out/cpu       # then copy results.json to docs/bench_cpu_logprob.json
+    python -m tools.bench cpu --out out/cpu
     python -m tools.bench cpu --shapes 64,512 --rounds 1 --out out/tiny
 """
 

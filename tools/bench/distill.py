@@ -1,19 +1,13 @@
 """The distillation ops on one GPU: top-k forward and log-probs-at fwd+bwd.
 
-Per shape (N tokens, H hidden, V vocab; bf16, temperature 0.7) and k:
-  gemm            hidden @ W.T (the forward floor); fb: that plus the two backward GEMMs
-  topk_ours       linear_topk_logprobs(hidden, W, k) forward (no grad)
-  topk_torch      torch.topk(log_softmax(fp32 logits / T), k) on materialized logits
-  at_ours_fb      linear_logprobs_at(hidden, W, ids [N, k]) forward + backward
-  at_torch_fb     log_softmax(fp32 logits / T).gather(ids), forward + backward
-Timed by tools/bench/timing.py (steady-state bursts over two rotating input sets, every
-method of a phase interleaved round by round, ratios to the floor paired within each
-round), then peak extra memory beyond the inputs (and, for top-k, beyond its outputs), and
-checks on the first rows against fp64: top-k ids equal to the fp64 ranking, max |log-prob
-error|. ``--device cpu``: a smoke run on tiny shapes (host-clock timings, no memory figures).
+Per shape (N tokens, H hidden, V vocab; bf16, T = 0.7) and k, against the GEMM floor (fb:
+with the two backward GEMMs): topk_ours (linear_topk_logprobs) and topk_torch (torch.topk
+of fp32 log_softmax) forward; at_ours_fb (linear_logprobs_at at ids [N, k]) and at_torch_fb
+(log_softmax gather) forward+backward. Timed by tools/bench/timing.py, then peak extra
+memory (for top-k, also beyond its outputs) and checks of the first rows against fp64.
+``--device cpu``: a smoke run on tiny shapes (host-clock timings, no memory figures).
 
     python -m tools.bench distill --out out/distill
-    python -m tools.bench distill --shapes 4096,1024,32000 --ks 8 --out out/small
     python -m tools.bench distill --sweep 8192,4096,151936,32 --sweep-splits 1,2,4 --ks 32 \
         --shapes 8192,4096,151936 --out out/sweep          # + configs and split counts
     python -m tools.bench distill --device cpu --shapes 64,32,512 --ks 1,4 --out out/smoke

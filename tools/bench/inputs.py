@@ -55,6 +55,13 @@ def distill_inputs(n, h, v, k, seed, device="cuda"):
     return hidden, weight, ids
 
 
+def op_phases(sets, w, a, b):
+    """The op's two phases: (name, each call's inputs, grad mode): forward (h, w, y) without
+    grad, forward+backward (h, w, y, a, b) with it."""
+    return (("fwd", [(h, w, y) for h, y in sets], torch.no_grad),
+            ("fb", [(h, w, y, a, b) for h, y in sets], torch.enable_grad))
+
+
 def shape(text: str) -> tuple[int, ...]:
     """"8192,4096,151936" -> (8192, 4096, 151936)."""
     return tuple(int(x) for x in text.split(","))

@@ -1,36 +1,24 @@
-"""Fused log-probs against the logits path in a megatron-core GPTModel (one device).
+"""Fused log-probs against the logits path in a megatron-core GPTModel or hybrid model.
 
-A Qwen2.5-0.5B-shaped GPTModel (24 layers, hidden 896, 14 heads / 2 KV groups, FFN 4864,
-RMSNorm, SwiGLU, RoPE, tied embeddings, vocab 151936), random weights, bf16, megatron-core's
-local spec, built by megatron_overlay.model_builder, batch 4 x 2048, temperature 0.7. Two
-paths on the same batch:
+gpt (default): a Qwen2.5-0.5B-shaped GPTModel (QWEN_0_5B; 24 layers, vocab 151936), random
+bf16 weights, batch 4 x 2048, T = 0.7; the logits path (model(...) -> fp32
+log_softmax(logits / T) -> gather, entropy) against ``output_processor="fused_logprob"``:
+each one's forward without grad and training step (loss ``-(log_probs * adv).mean() - 0.01 *
+entropy.mean()``, backward), peak memory and the median of single synchronized calls,
+interleaved round by round; and the largest |log-prob difference| between the paths.
 
-  logits  model(...) -> [b, s, V] logits -> fp32 log_softmax(logits / T) -> gather, entropy
-  fused   model(..., labels=, output_processor="fused_logprob", output_processor_context={T})
-
-For each: forward without grad and a training step (forward, loss
-``-(log_probs * adv).mean() - 0.01 * entropy.mean()``, backward): peak memory, and the time
-of single synchronized calls, the paths interleaved round by round (tools/bench/timing.py,
-median over rounds); and the largest |log-prob difference| between the paths.
-``--device cpu``: a smoke run at the builder's tiny size (fp32, gloo), not a benchmark.
+``--model hybrid``: megatron's hybrid model (MambaModel / HybridModel, attention and MLP
+layers; megatron_overlay/model_builder.py), tied and untied (cuda: bf16, hidden 2048, 2
+layers, vocab 151936, 4 x 2048 tokens): "fused_logprob" by name against
+``model_builder.logits_path_logprob``, each followed by backward of one random combination
+of log-probs and entropy: max abs differences of log-probs, entropy and every gradient
+(relative to its largest entry), in bf16 also against an fp32 head; on cuda each path's
+fwd+bwd time and peak extra memory. Writes hybrid_check.json (the compatibility matrix's
+check). ``--device cpu``: the builder's tiny fp32 model (gloo), not a benchmark. Needs
+megatron-core >= 0.18 (0.12-0.17 patched by the overlay).
 
     python -m tools.bench model --out out/bench_model
     python -m tools.bench model --layers 2 --seq 256 --vocab 4096 --rounds 2   # a quick look
-
-Needs megatron-core >= 0.18 (the ``output_processor`` argument; 0.12-0.17 patched by the
-overlay).
-
-``--model hybrid``: megatron's hybrid model (MambaModel / HybridModel; attention and MLP
-layers, pattern ``*-*-``, see megatron_overlay/model_builder.py), tied and untied, on cuda
-bf16 hidden 2048, 16 heads, 2 layers, vocab 151936, 4 x 2048 tokens (cpu: the builder's
-tiny fp32 model). ``output_processor="fused_logprob"`` by name against a processor that
-materializes the logits through the output layer (``model_builder.logits_path_logprob``),
-each followed by backward of the same random combination of log-probs and entropy: max abs
-differences of log-probs, entropy and every parameter gradient (relative to its largest
-entry), in bf16 both also against an fp32 head (hidden states and weight upcast), and on
-cuda each path's median forward+backward time and peak extra memory. Writes
-hybrid_check.json (the compatibility matrix's check, ``--device cpu``, per release).
-
     python -m tools.bench model --model hybrid --device cuda --out DIR
 """
 

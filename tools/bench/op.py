@@ -1,27 +1,17 @@
 """The fused log-prob/entropy op against the GEMM floor, materialized logits and peers.
 
-Per shape (N tokens, H hidden, V vocab; bf16, temperature 0.7), every method's forward (no
-grad) and forward+backward (a loss on the per-token outputs), timed by tools/bench/timing.py:
-steady-state bursts of back-to-back calls, methods interleaved in a rotated order, ratios to
-the GEMM floor taken within each round (median and range over rounds), SM clock sampled in
-the background. Then each method's peak extra memory and its max abs error vs fp64 on the
-first tokens. Methods: tools/bench/methods.py (gemm, materialized, ours, ours_noent) and
-tools/bench/peers.py (verl, liger_scaled_ce, liger_flce, cce, cce_frozen_w; optional).
-Writes results.json, table.md and bench.png (time and memory relative to the floor).
-
-``--baseline DIR``: a copy of the package from another commit, DIR/megatron_overlay_base
-(imported from there, sys.path left alone), as the method "base"; the default methods
-become gemm,base,ours,ours_var (ours_var: batch invariance off, forward only), every
-method's times also get ratios to base paired per round ({phase}_vs_base), and the
-gradient check covers base too. ``--fb-variant NAME:KEY=VALUE[,...]``: ours with
-autotune_configs overrides, timed forward+backward only, as fb_NAME. Per method "fb_extra_gib"
-is the fb peak beyond the two bf16 gradients every method returns; "invariant_rows" how many
-of the first 1024 tokens' outputs are bitwise the same computed alone.
+Per shape (N tokens, H hidden, V vocab; bf16, T = 0.7), every method's forward (no grad) and
+forward+backward (a loss on the per-token outputs), timed by tools/bench/timing.py, ratios
+to the GEMM floor paired per round; then each method's peak extra memory, its max abs error
+vs fp64 on the first tokens, "invariant_rows" (of those tokens, how many come out bitwise
+the same computed alone) and "fb_extra_gib" (the fb peak beyond the two bf16 gradients).
+Methods: tools/bench/methods.py and peers.py. Writes results.json, table.md, bench.png.
+``--baseline DIR``: DIR/megatron_overlay_base (from another commit) as the method "base",
+ratios to it paired per round ({phase}_vs_base), and the gradient check covers it too.
 
     python -m tools.bench op --out out/bench            # every method, 3 shapes
     python -m tools.bench op --shapes 8192,4096,151936 --methods gemm,ours
     python -m tools.bench op --diagnose 8192,4096,151936 --out out/diag
-    python -m tools.bench op --sweep 8192,4096,151936 --out out/sweep
     python -m tools.bench op --replot out/bench/results.json --out out/bench
     cp -r megatron_overlay /tmp/base/megatron_overlay_base   # (from the old checkout)
     python -m tools.bench op --baseline /tmp/base --out out/vs_base
@@ -44,7 +34,8 @@ from . import profiling, protocols, report, sweep, timing
 from .report import Run
 from .timing import timing_options
 from .clocks import ClockSampler
-from .inputs import ACC_ROWS, SHAPES, fp64_reference, loss_coeffs, make_inputs, max_err, shape
+from .inputs import (ACC_ROWS, SHAPES, fp64_reference, loss_coeffs, make_inputs, max_err,
+                     op_phases, shape)
 from .methods import BUILTIN, GiB, Ours, peak_extra_gib
 from .peers import PEERS
 
@@ -100,10 +91,8 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
     objs = _build(methods, log)
     rows = {m: {"N": n, "H": hdim, "V": v, "method": m, "outputs": o.outputs}
             for m, o in objs.items()}
-    phases = (("fwd", [(h, w, y) for h, y in sets], torch.no_grad),
-              ("fb", [(h, w, y, a, b) for h, y in sets], torch.enable_grad))
     grads_gib = (n * hdim + v * hdim) * 2 / GiB
-    for phase, inputs, ctx in phases:
+    for phase, inputs, ctx in op_phases(sets, w, a, b):
         live = {m: getattr(o, phase) for m, o in objs.items()
                 if phase in o.phases and not (phase == "fb" and m in args.fwd_only)}
         with ctx():
@@ -114,14 +103,8 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
         if "base" in got:
             for m, r in timing.paired_ratios(got, "base").items():
                 rows[m][f"{phase}_vs_base"] = list(r)
-        for m, t in got.items():
-            rec = timing.summarize(t)
-            if "error" in rec:
-                rows[m][f"{phase}_error"] = rec["error"]
-                continue
-            rows[m].update({f"{phase}_ms": rec["ms"], f"{phase}_ms_rounds": rec["ms_rounds"],
-                            f"{phase}_calls": rec["calls"], f"{phase}_sm_mhz": rec["sm_mhz"],
-                            f"{phase}_watts": rec["watts"], f"{phase}_host_ms": rec["host_ms"]})
+        for m, t in got.items():  # {phase}_ms, _ms_rounds, _calls, ... or {phase}_error
+            rows[m].update({f"{phase}_{k}": x for k, x in timing.summarize(t).items()})
             if m in ratios:
                 (rows[m][f"{phase}_x"], rows[m][f"{phase}_x_min"],
                  rows[m][f"{phase}_x_max"]) = ratios[m]
@@ -162,10 +145,8 @@ def diagnose(shape, args, clocks, log):
     a, b = loss_coeffs(n, w.device)
     objs = _build(args.methods, log)
     out = {"shape": list(shape)}
-    for phase, inputs, ctx, protos in (
-            ("fwd", [(h, w, y) for h, y in sets], torch.no_grad, args.protocols),
-            ("fb", [(h, w, y, a, b) for h, y in sets], torch.enable_grad,
-             [p for p in args.protocols if p != "graph"])):
+    for phase, inputs, ctx in op_phases(sets, w, a, b):
+        protos = [p for p in args.protocols if phase == "fwd" or p != "graph"]
         fns = {m: getattr(o, phase) for m, o in objs.items()}
         with ctx():
             out[phase] = [protocols.compare(fns, inputs, "gemm", args.rounds, args.burst_ms,
@@ -179,10 +160,13 @@ def add_arguments(p):
                    help="N,H,V[;N,H,V...]")
     p.add_argument("--methods", help=f"of {','.join(METHODS)}; default {DEFAULT_METHODS} "
                                      f"({BASELINE_METHODS} with --baseline)")
-    p.add_argument("--baseline", help="a folder holding the package megatron_overlay_base")
+    p.add_argument("--baseline", help="a folder holding the package megatron_overlay_base "
+                                      f"(default methods then {BASELINE_METHODS}; ours_var: "
+                                      "batch invariance off, forward only)")
     p.add_argument("--fb-variant", action="append", default=[],
                    help="NAME:KEY=VALUE[,KEY=VALUE]: ours with autotune_configs overrides, "
-                        "timed in fb (e.g. b480:BACKWARD_EXTRA_BUDGET_BYTES=503316480)")
+                        "timed in fb only, as fb_NAME "
+                        "(e.g. b480:BACKWARD_EXTRA_BUDGET_BYTES=503316480)")
     timing_options(p)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a smoke run of the tool's code on tiny shapes (host-clock "

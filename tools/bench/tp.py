@@ -1,17 +1,13 @@
-"""Where the fused op's TP = 2 time goes: (16384, 3584, 152064) bf16, TP = 1 on one GPU
-against TP = 2 (vocab split over two GPUs, NCCL), forward and forward+backward.
+"""Where the fused op's TP = 2 time goes: TP = 1 against TP = 2 (vocab split over two GPUs).
 
-Per world size: single synchronized calls after a barrier (tools/bench/timing.py, median
-over rounds), peak extra memory, a torch.profiler table of rank 0 (CUDA time per
-kernel/op over 3 steps) per phase, and the largest log-prob / entropy difference between
-TP = 2 and TP = 1.
+(16384, 3584, 152064) bf16, NCCL, forward and forward+backward: single synchronized calls
+after a barrier (median over rounds), peak extra memory, a torch.profiler table of rank 0
+per phase, and the largest log-prob / entropy difference from TP = 1.
 
     python -m tools.bench tp --out out/tp_profile       # needs 2 GPUs
-    PYTHONPATH=<dir with megatron_overlay_base> python -m tools.bench tp \\
+    PYTHONPATH=<dir with megatron_overlay_base> python -m tools.bench tp \
         --package megatron_overlay_base --out out/tp_base   # an older copy, same harness
     python -m tools.bench tp --worlds 1 --shape 2048,1024,32768 --out DIR   # one GPU
-
-Keep NVLink multicast off (NCCL_NVLS_ENABLE=0), as the device notes ask.
 """
 
 from __future__ import annotations
