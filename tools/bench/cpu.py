@@ -18,10 +18,10 @@ import sys
 
 import torch
 
-from megatron_overlay.ops import linear_logprob_entropy
 from megatron_overlay.utils.memory import PeakMemory
 
-from .inputs import TEMPERATURE, shape
+from .inputs import shape
+from .methods import Materialized, Ours
 from .report import Run, markdown
 from .timing import interleaved
 
@@ -38,24 +38,15 @@ def add_arguments(p):
 
 def measure(n: int, vocab: int, method: str, backward: bool, rounds: int) -> dict:
     torch.manual_seed(0)
-    hidden = torch.randn(n, HIDDEN, requires_grad=backward)
-    weight = (torch.randn(vocab, HIDDEN) / HIDDEN ** 0.5).requires_grad_(backward)
-    labels = torch.randint(0, vocab, (n,))
-
-    def call():
-        if method == "fused":
-            lp, ent = linear_logprob_entropy(hidden, weight, labels, temperature=TEMPERATURE)
-        else:
-            logp = torch.log_softmax((hidden @ weight.T).float() / TEMPERATURE, dim=-1)
-            lp = logp.gather(1, labels[:, None]).squeeze(1)
-            ent = -(logp.exp() * logp).sum(-1)
-        if backward:
-            (lp.sum() + ent.sum()).backward()
-            hidden.grad = weight.grad = None
-
+    hidden = torch.randn(n, HIDDEN)
+    weight = torch.randn(vocab, HIDDEN) / HIDDEN ** 0.5
+    labels, ones = torch.randint(0, vocab, (n,)), torch.ones(n)
+    m = {"fused": Ours, "materialized": Materialized}[method]()
+    # backward: of sum(logprob + entropy)
+    inputs = [(hidden, weight, labels, ones, ones) if backward else (hidden, weight, labels)]
     with torch.set_grad_enabled(backward), PeakMemory("cpu") as peak:
-        got = interleaved({method: call}, [()], rounds, single=True, heat_s=0, warmup_calls=0,
-                          cuda=False)[method]
+        got = interleaved({method: m.fb if backward else m.fwd}, inputs, rounds, single=True,
+                          heat_s=0, warmup_calls=0, cuda=False)[method]
     return {"n": n, "vocab": vocab, "method": method, "backward": backward,
             "ms": got.median_ms, "peak_mib": peak.extra_bytes / 2 ** 20}
 

@@ -7,6 +7,7 @@ import contextlib
 import gc
 import importlib
 import os
+from unittest import mock
 
 import torch
 
@@ -105,22 +106,14 @@ class Ours(Method):
         if not entropy:
             self.outputs = "logprob"
 
-    @contextlib.contextmanager
     def _configured(self):
-        autotune_configs = importlib.import_module(
-            "megatron_overlay.ops.kernels.autotune_configs") if self.overrides else None
-        saved = {k: getattr(autotune_configs, k) for k in self.overrides}
+        stack = contextlib.ExitStack()
         if not self.invariant:
-            os.environ[INVARIANCE_ENV] = "0"
-        for k, v in self.overrides.items():
-            setattr(autotune_configs, k, v)
-        try:
-            yield
-        finally:
-            if not self.invariant:
-                os.environ.pop(INVARIANCE_ENV, None)
-            for k, v in saved.items():
-                setattr(autotune_configs, k, v)
+            stack.enter_context(mock.patch.dict(os.environ, {INVARIANCE_ENV: "0"}))
+        if self.overrides:
+            stack.enter_context(mock.patch.multiple(
+                "megatron_overlay.ops.kernels.autotune_configs", **self.overrides))
+        return stack
 
     def fwd(self, h, w, y):
         with self._configured():

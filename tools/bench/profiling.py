@@ -12,11 +12,11 @@ from .inputs import fp32_grads, loss_coeffs, make_inputs
 from .methods import Ours
 
 
-def _fb_inputs(n, hdim, v):
+def _fb_inputs(n, hdim, v, seed=11, coeff_seed=1):
     """(h, w, y, a, b): one input set and the loss coefficients of the profiled step."""
-    sets, w = make_inputs(n, hdim, v, seed=11)
+    sets, w = make_inputs(n, hdim, v, seed=seed)
     h, y = sets[0]
-    a, b = loss_coeffs(n, w.device)
+    a, b = loss_coeffs(n, w.device, seed=coeff_seed)
     return h, w, y, a, b
 
 
@@ -24,9 +24,7 @@ def grad_check(methods, n, hdim, v, log):
     """Each method's d_hidden, d_weight (bf16) vs an fp32 autograd reference on the same
     bf16 inputs: relative Frobenius error, also in units of the error of rounding that
     reference to bf16 (under "bf16_rounding")."""
-    sets, w = make_inputs(n, hdim, v, seed=7)
-    h, y = sets[0]
-    a, b = loss_coeffs(n, w.device, seed=3)
+    h, w, y, a, b = _fb_inputs(n, hdim, v, seed=7, coeff_seed=3)
     ref = dict(zip(("d_hidden", "d_weight"), fp32_grads(h, w, y, a, b)))
 
     def errors(got, r):
