@@ -111,9 +111,7 @@ def _measure(args, progress, device: torch.device):
 
     def logits_step():
         logits = model(input_ids, position_ids, mask)  # [b, s, v]
-        logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-        log_probs = logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-        entropy = -(logp.exp() * logp).sum(-1)
+        log_probs, entropy = model_builder.logprob_entropy(logits, labels, temperature)
         (log_probs.mean() + 0.01 * entropy.mean()).backward()
         return log_probs.detach(), entropy.detach()
 

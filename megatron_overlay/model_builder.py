@@ -351,11 +351,16 @@ def logits_path_logprob(*, hidden_states, output_layer, output_weight, labels, c
     from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
 
     logits, _ = output_layer(hidden_states, weight=output_weight, runtime_gather_output=False)
-    logits = gather_from_tensor_model_parallel_region(scale_logits(logits))
-    logp = torch.log_softmax(logits.float() / context["temperature"], dim=-1)  # [s, b, v]
-    picked = logp.gather(-1, labels.transpose(0, 1).unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp.exp() * logp).sum(-1)
+    logits = gather_from_tensor_model_parallel_region(scale_logits(logits))  # [s, b, v]
+    picked, entropy = logprob_entropy(logits, labels.transpose(0, 1), context["temperature"])
     return {"log_probs": picked.transpose(0, 1), "entropy": entropy.transpose(0, 1)}
+
+
+def logprob_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: float):
+    """The logits path's reference: ``log_softmax(logits / T)`` in fp32 at ``labels``, and
+    the entropy; ``logits`` [..., V], ``labels`` [...]."""
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(-1)
 
 
 def batch(cfg: ModelConfig, seed: int = 99, device: str = "cpu"):

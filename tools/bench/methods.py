@@ -11,6 +11,7 @@ from unittest import mock
 
 import torch
 
+from megatron_overlay.ops.batch_invariance import ENV as INVARIANCE_ENV
 from megatron_overlay.utils.memory import PeakMemory
 
 from .inputs import TEMPERATURE
@@ -124,7 +125,6 @@ class Ours(Method):
             return super().fb(h, w, y, a, b)
 
 
-INVARIANCE_ENV = "MEGATRON_OVERLAY_BATCH_INVARIANT"
 BUILTIN = {"gemm": Gemm, "materialized": Materialized, "ours": Ours,
            "ours_noent": lambda: Ours(name="ours_noent", entropy=False),
            "ours_var": lambda: Ours(name="ours_var", invariant=False, phases=("fwd",))}

@@ -90,9 +90,7 @@ def main(args, argv) -> int:
 
     def logits_path():
         logits = model(input_ids, position_ids, mask)  # [b, s, V]
-        logp = torch.log_softmax(logits.float() / TEMPERATURE, dim=-1)
-        lp = logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-        return lp, -(logp.exp() * logp).sum(-1)
+        return model_builder.logprob_entropy(logits, labels, TEMPERATURE)
 
     def fused_path():
         out = model(input_ids, position_ids, mask, labels=labels, output_processor="fused_logprob",
@@ -153,10 +151,9 @@ def main(args, argv) -> int:
 def fp32_head_logprob(*, hidden_states, output_layer, output_weight, labels, context, **_):
     """The fp32-head reference processor (TP 1): hidden states and weight upcast."""
     weight = output_layer.weight if output_weight is None else output_weight
-    logits = torch.nn.functional.linear(hidden_states.float(), weight.float())
-    logp = torch.log_softmax(logits / context["temperature"], dim=-1)  # [s, b, v]
-    picked = logp.gather(-1, labels.transpose(0, 1).unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp.exp() * logp).sum(-1)
+    logits = torch.nn.functional.linear(hidden_states.float(), weight.float())  # [s, b, v]
+    picked, entropy = model_builder.logprob_entropy(logits, labels.transpose(0, 1),
+                                                    context["temperature"])
     return {"log_probs": picked.transpose(0, 1), "entropy": entropy.transpose(0, 1)}
 
 
