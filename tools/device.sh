@@ -129,7 +129,6 @@ smoke)
     "op --shapes 2048,1024,32768 --methods gemm,materialized,ours ${quick[*]} --breakdown"
     "op --diagnose 2048,1024,32768 --methods gemm,ours --protocols single,burst,graph --rounds 2"
     "op --sweep 1024,512,16384"
-    "op --timeline 1024,512,16384"
     "op --host-profile 1024,512,16384"
     "distill --shapes 1024,512,16384 --ks 1,8 ${quick[*]} --sweep 1024,512,16384,8 --sweep-splits 1,2"
     "op --baseline /tmp/smoke-base --shapes 2048,1024,32768 --grad-shape 1024,256,4096 --fb-variant b64:BACKWARD_EXTRA_BUDGET_BYTES=67108864 --breakdown ${quick[*]}"

@@ -164,3 +164,19 @@ def test_the_floor_rules_catch_an_upward_import():
     assert not _allowed(f"{P}.ops.stages", _rule(f"{P}.ops.kernels.triton_impl"))
     assert _allowed(f"{P}.ops.kernels.triton_impl", _rule(f"{P}.ops.stages"))
     assert _rule(f"{P}.cli") is None
+
+
+def test_nothing_outside_tests_imports_from_them():
+    """The package, tools/ and examples/ stand on their own: tests may import them, never
+    the other way round."""
+    root = PACKAGE_DIR.parent
+    offenders = []
+    for folder in ("megatron_overlay", "tools", "examples"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom) and
+                         node.level == 0 else [])
+                offenders += [f"{path.relative_to(root)}: {n}" for n in names
+                              if n == "tests" or n.startswith("tests.")]
+    assert not offenders, offenders

@@ -4,7 +4,7 @@ Each block the README marks ``<!-- ci: NAME -->`` is run by bash (``set -euo pip
 in a copy of this checkout, with a fresh venv first on the PATH (its pip, then the
 ``megatron-overlay`` it installs), so that a wrong flag, a missing dependency or a moved
 file fails here rather than for a newcomer. The blocks name megatron-core 0.13.1, so they
-run in the 0.13.1 leg; ``tools/distill_example.py`` runs in every leg at a small size.
+run in the 0.13.1 leg; ``examples/distill_topk_kl.py`` runs in every leg at a small size.
 
 One precondition the README states instead of running: the environment has torch (a bare
 ``torch`` requirement would pull the registry's multi-GB CUDA build), so the venvs that
@@ -134,9 +134,9 @@ def test_the_in_place_route_then_replacing_an_upstream_core(workdir, venvs):
 
 
 def test_the_distillation_example_runs_at_a_small_size():
-    assert "tools/distill_example.py" in README
+    assert "examples/distill_topk_kl.py" in README
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, str(REPO / "tools" / "distill_example.py"),
+    proc = subprocess.run([sys.executable, str(REPO / "examples" / "distill_topk_kl.py"),
                            "--tokens", "128", "--vocab", "512"], capture_output=True,
                           text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -63,15 +63,6 @@ def test_table_shows_ratio_ranges_and_leaves_missing_cells_empty():
     assert ours[10].strip() == "4.5e-05"
 
 
-def test_replot_writes_the_table_without_a_gpu(tmp_path):
-    rows = [{"N": 8, "H": 4, "V": 16, "method": "gemm", "outputs": "floor", "fwd_ms": 1.0,
-             "fwd_x": 1.0}]
-    src = tmp_path / "results.json"
-    src.write_text(json.dumps({"rows": rows}))
-    assert bench(["op", "--replot", str(src), "--out", str(tmp_path / "o")]) == 0
-    assert "| 8, 4, 16 | gemm |" in (tmp_path / "o" / "table.md").read_text()
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
 def test_timing_without_a_gpu_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -98,14 +98,11 @@ class Ours(Method):
     {"BACKWARD_EXTRA_BUDGET_BYTES": 480 << 20})."""
     name, outputs = "ours", "logprob+entropy"
 
-    def __init__(self, package="megatron_overlay", name=None, entropy=True, invariant=True,
-                 overrides=None, phases=("fwd", "fb")):
+    def __init__(self, package="megatron_overlay", name=None, invariant=True, overrides=None,
+                 phases=("fwd", "fb")):
         self.op = importlib.import_module(f"{package}.ops").linear_logprob_entropy
-        self.entropy, self.invariant, self.overrides, self.phases = (
-            entropy, invariant, overrides or {}, phases)
+        self.invariant, self.overrides, self.phases = invariant, overrides or {}, phases
         self.name = name or self.name
-        if not entropy:
-            self.outputs = "logprob"
 
     def _configured(self):
         stack = contextlib.ExitStack()
@@ -118,7 +115,7 @@ class Ours(Method):
 
     def fwd(self, h, w, y):
         with self._configured():
-            return self.op(h, w, y, temperature=TEMPERATURE, return_entropy=self.entropy)
+            return self.op(h, w, y, temperature=TEMPERATURE)
 
     def fb(self, h, w, y, a, b):
         with self._configured():  # the overrides reach the backward too
@@ -126,5 +123,4 @@ class Ours(Method):
 
 
 BUILTIN = {"gemm": Gemm, "materialized": Materialized, "ours": Ours,
-           "ours_noent": lambda: Ours(name="ours_noent", entropy=False),
            "ours_var": lambda: Ours(name="ours_var", invariant=False, phases=("fwd",))}

@@ -12,7 +12,6 @@ ratios to it paired per round ({phase}_vs_base), and the gradient check covers i
     python -m tools.bench op --out out/bench            # every method, 3 shapes
     python -m tools.bench op --shapes 8192,4096,151936 --methods gemm,ours
     python -m tools.bench op --diagnose 8192,4096,151936 --out out/diag
-    python -m tools.bench op --replot out/bench/results.json --out out/bench
     cp -r megatron_overlay /tmp/base/megatron_overlay_base   # (from the old checkout)
     python -m tools.bench op --baseline /tmp/base --out out/vs_base
     python -m tools.bench op --device cpu --shapes 64,32,512 --rounds 2 --burst-ms 2 --heat-s 0
@@ -93,8 +92,7 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
             for m, o in objs.items()}
     grads_gib = (n * hdim + v * hdim) * 2 / GiB
     for phase, inputs, ctx in op_phases(sets, w, a, b):
-        live = {m: getattr(o, phase) for m, o in objs.items()
-                if phase in o.phases and not (phase == "fb" and m in args.fwd_only)}
+        live = {m: getattr(o, phase) for m, o in objs.items() if phase in o.phases}
         with ctx():
             got = timing.interleaved(live, inputs, args.rounds, burst_ms=args.burst_ms,
                                      heat_s=args.heat_s, clocks=clocks, log=log,
@@ -174,7 +172,6 @@ def add_arguments(p):
     p.add_argument("--logits", default="iid", choices=["iid", "zipf"],
                    help="the inputs' logit distribution (tools/bench/inputs.py)")
     p.add_argument("--skip", default="", help="method@N pairs to skip, e.g. materialized@32768")
-    p.add_argument("--fwd-only", default="", help="methods timed forward only")
     p.add_argument("--no-grad-check", action="store_true")
     p.add_argument("--grad-shape", help="N,H,V of the gradient check (default 2048 tokens at "
                                         "the first shape's H,V; '' to skip)")
@@ -183,26 +180,11 @@ def add_arguments(p):
     p.add_argument("--diagnose", default="", help="N,H,V: compare timing protocols there")
     p.add_argument("--protocols", default="old_tool,single,cold,burst,burst_fixed_input,"
                                           "burst_fixed_order,graph")
-    p.add_argument("--timeline", default="", help="N,H,V: GPU idle gaps of one fb step of ours")
     p.add_argument("--host-profile", default="", help="N,H,V: host-side ops of one call of ours")
     p.add_argument("--sweep", default="", help="N,H,V: time ours' kernel config candidates")
-    p.add_argument("--replot", default="", help="results.json: redraw table and figure, no GPU")
-
-
-def replot(results: Path, out: Path) -> int:
-    rows = json.loads(results.read_text())["rows"]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(report.table(rows) + "\n")
-    print(report.table(rows))
-    try:
-        report.plot(rows, out / "bench.png")
-    except ImportError as e:  # the figure needs matplotlib; the table does not
-        print(f"no figure: {e}", file=sys.stderr)
-    return 0
 
 
 def main(args, argv) -> int:
-    args.fwd_only = {m for m in args.fwd_only.split(",") if m}
     if args.baseline:
         load_baseline(Path(args.baseline))
     args.methods = [m for m in (args.methods or (BASELINE_METHODS if args.baseline else
@@ -212,11 +194,9 @@ def main(args, argv) -> int:
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
         args.parser.error(f"--methods: unknown {unknown}; choose from {sorted(METHODS)}")
-    if args.replot:
-        return replot(Path(args.replot), Path(args.out))
     if args.device == "cuda" and not torch.cuda.is_available():
-        args.parser.error("needs a CUDA GPU (only --replot and --device cpu run without one)")
-    if args.device == "cpu" and (args.diagnose or args.timeline or args.sweep
+        args.parser.error("needs a CUDA GPU (--device cpu runs a smoke run without one)")
+    if args.device == "cpu" and (args.diagnose or args.sweep
                                  or args.host_profile or args.breakdown):
         args.parser.error("--device cpu runs the method table only")
     run = Run(args, argv)
@@ -233,9 +213,6 @@ def main(args, argv) -> int:
             return 0
         if args.host_profile:
             run.write("host_profile.json", profiling.host_profile(*shape(args.host_profile), log))
-            return 0
-        if args.timeline:
-            run.write("timeline.json", profiling.timeline(*shape(args.timeline), log))
             return 0
         if args.sweep:
             run.write("sweep.json", {"meta": meta, **sweep.sweep(shape(args.sweep), log)})

@@ -1,5 +1,5 @@
 """Views of ours beyond its time: gradient accuracy against fp32 autograd, per-kernel CUDA
-time of one forward+backward (torch.profiler), and where that step leaves the GPU idle."""
+time of one forward+backward (torch.profiler), and the host side of one call."""
 
 from __future__ import annotations
 
@@ -70,41 +70,6 @@ def kernel_breakdown(n, hdim, v, log, method=None):
     top["(one step, CUDA events)"] = start.elapsed_time(end)
     log(f"  kernel breakdown (ms) {method.name} N={n}: {json.dumps(top)}")
     return top
-
-
-def timeline(n, hdim, v, log):
-    """Where one forward+backward of ours leaves the GPU idle: gaps between kernels, with
-    the host-side ops that ran meanwhile."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    h, w, y, a, b = _fb_inputs(n, hdim, v)
-
-    def step():
-        Ours().fb(h, w, y, a, b)
-
-    for _ in range(2):
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
-    events = list(prof.events())
-    gpu = sorted((e for e in events if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start),
-                 key=lambda e: e.time_range.start)
-    cpu = [e for e in events if e.device_type == DeviceType.CPU]
-    out = {"span_ms": (gpu[-1].time_range.end - gpu[0].time_range.start) / 1000.0,
-           "busy_ms": sum(e.time_range.end - e.time_range.start for e in gpu) / 1000.0, "gaps": []}
-    for prev, nxt in zip(gpu, gpu[1:]):
-        gap = nxt.time_range.start - prev.time_range.end
-        if gap > 200:  # us
-            lo, hi = prev.time_range.end, nxt.time_range.start
-            host = sorted((e for e in cpu if e.time_range.start < hi and e.time_range.end > lo),
-                          key=lambda e: -(min(e.time_range.end, hi) - max(e.time_range.start, lo)))
-            out["gaps"].append({"ms": gap / 1000.0, "after": prev.name[:60], "before": nxt.name[:60],
-                                "host": [f"{e.name[:50]} {(e.time_range.end - e.time_range.start) / 1000:.2f}ms"
-                                         for e in host[:6]]})
-    log(f"  timeline N={n}: {json.dumps(out)}")
-    return out
 
 
 def host_profile(n, hdim, v, log):

@@ -13,21 +13,18 @@ there is one, else on the CPU (megatron-core's own GPTModel, local layer spec, b
 megatron_overlay/model_builder.py), in an environment with megatron-core and the overlay, e.g. the one
 `make demo` sets up:
 
-    .venv/core-0.13.1/bin/python tools/distill_example.py [--k 8] [--tokens 1024] [--vocab 32000]
+    .venv/core-0.13.1/bin/python examples/distill_topk_kl.py [--k 8] [--tokens 1024] [--vocab 32000]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from megatron_overlay.utils.memory import PeakMemory  # noqa: E402
-from megatron_overlay import model_builder  # noqa: E402
+from megatron_overlay import model_builder
+from megatron_overlay.utils.memory import PeakMemory
 
 
 def distill_step(teacher, student, batch, k: int, temperature: float) -> torch.Tensor:
