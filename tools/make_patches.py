@@ -122,10 +122,6 @@ class Edit:
         at = self._find(anchor, start) + len(anchor)
         self.text = self.text[:at] + new + self.text[at:]
 
-    def insert_before(self, anchor: str, new: str, start: int = 0) -> None:
-        at = self._find(anchor, start)
-        self.text = self.text[:at] + new + self.text[at:]
-
     def replace(self, old: str, new: str) -> None:
         at = self._find(old)
         self.text = self.text[:at] + new + self.text[at + len(old):]

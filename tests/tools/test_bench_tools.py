@@ -56,7 +56,7 @@ def test_table_shows_ratio_ranges_and_leaves_missing_cells_empty():
             {"N": 8, "H": 4, "V": 16, "method": "ours", "outputs": "lp", "fwd_ms": 1.05,
              "fwd_x": 1.05, "fwd_x_min": 1.01, "fwd_x_max": 1.09, "lp_err": 4.5e-5}]
     lines = report.table(rows).splitlines()
-    assert len(lines) == 4 and all(line.count("|") == 16 for line in lines)
+    assert len(lines) == 4 and all(line.count("|") == 18 for line in lines)
     ours = lines[3].split("|")
     assert ours[6].strip() == "1.050 (1.010-1.090)"
     assert ours[7].strip() == ""  # no fb timing: an empty cell, not a made-up number
@@ -233,3 +233,30 @@ def test_every_subcommand_has_help(capsys):
             bench([name, "--help"])
         assert exc.value.code == 0
         assert "--out" in capsys.readouterr().out
+
+
+def test_cpu_smoke_run_of_the_head_precision_comparison(tmp_path):
+    # op with the heads of issue 18's table: bf16 ("materialized"), TF32, fp32, ours, on
+    # peaked logits with labels sampled from the softmax at T = 1
+    out = tmp_path / "heads"
+    assert bench([
+        "op", "--device", "cpu", "--shapes", "64,32,512", "--rounds", "2", "--burst-ms", "2",
+        "--heat-s", "0", "--methods", "gemm,materialized,tf32_head,fp32_head,ours",
+        "--logits", "peaked", "--labels", "sampled", "--temperature", "1", "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    assert data["meta"]["temperature"] == 1.0 and data["meta"]["labels"] == "sampled"
+    rows = {r["method"]: r for r in data["rows"]}
+    assert "fb_ms" not in rows["fp32_head"] and rows["fp32_head"]["mult_err"] < 1e-6
+    assert rows["ours"]["mult_err"] < 5e-5 < rows["materialized"]["mult_err"]
+    assert rows["ours"]["lp_mean_err"] < rows["materialized"]["lp_mean_err"] / 10
+
+
+def test_sampled_labels_follow_the_softmax():
+    from tools.bench.inputs import fp64_reference, make_inputs
+    got = {}
+    for labels in ("uniform", "sampled"):
+        sets, w = make_inputs(256, 32, 512, seed=0, device="cpu", logits="peaked",
+                              labels=labels, temperature=1.0)
+        got[labels] = fp64_reference(sets[0][0], w, sets[0][1], 256, 1.0)[0].mean().item()
+    # uniform labels sit at ~log(1/V) and below on peaked logits; sampled ones near the top
+    assert got["sampled"] > got["uniform"] + 3

@@ -13,10 +13,12 @@ ACC_ROWS = 1024      # tokens checked against fp64 (the reference is [ACC_ROWS, 
 ROTATE = 2           # input sets rotated between timed calls (each is larger than L2)
 
 
-LOGITS = ("iid", "zipf")
+LOGITS = ("iid", "zipf", "peaked")
+LABELS = ("uniform", "sampled")
 
 
-def make_inputs(n, hdim, v, seed, device="cuda", dtype=torch.bfloat16, logits="iid"):
+def make_inputs(n, hdim, v, seed, device="cuda", dtype=torch.bfloat16, logits="iid",
+                labels="uniform", temperature=TEMPERATURE):
     """ROTATE (hidden [n, hdim], labels [n]) sets and one weight [v, hdim].
 
     ``logits``: "iid" (the default): every logit ~ N(0, 1.4^2), std ~2 at T = 0.7, a far
@@ -26,9 +28,14 @@ def make_inputs(n, hdim, v, seed, device="cuda", dtype=torch.bfloat16, logits="i
     softmax at T follows 1 / (1 + rank) times the iid part (std 0.5 there); most of the
     vocabulary then carries negligible probability, as in real output layers. Kernels
     that skip negligible blocks (cut-cross-entropy's backward) run faster on it; for the
-    others only the power drawn may change."""
-    if logits not in LOGITS:
-        raise ValueError(f"logits must be one of {LOGITS}, got {logits!r}")
+    others only the power drawn may change. "peaked": iid of std 4 (a teacher's softmax, as
+    distill_inputs'; "flat" is iid).
+
+    ``labels``: "uniform" (the default) or "sampled" from the exact softmax at
+    ``temperature``, as rollout tokens are (the log-probs an RL loss reads)."""
+    if logits not in LOGITS or labels not in LABELS:
+        raise ValueError(f"logits must be one of {LOGITS} and labels one of {LABELS}, got "
+                         f"{logits!r}, {labels!r}")
     g = torch.Generator(device=device).manual_seed(seed)
     sets = []
     for _ in range(ROTATE):
@@ -37,12 +44,23 @@ def make_inputs(n, hdim, v, seed, device="cuda", dtype=torch.bfloat16, logits="i
             h[:, 0] = 1.0
         y = torch.randint(0, v, (n,), device=device, generator=g)
         sets.append((h, y))
-    std = 1.4 if logits == "iid" else 0.5 * TEMPERATURE
+    std = {"iid": 1.4, "zipf": 0.5 * temperature, "peaked": 4.0}[logits]
     w = torch.randn(v, hdim, device=device, dtype=torch.float32, generator=g) * (std / math.sqrt(hdim))
     if logits == "zipf":
         rank = torch.randperm(v, device=device, generator=g).float()
-        w[:, 0] = -TEMPERATURE * torch.log1p(rank)
-    return sets, w.to(dtype)
+        w[:, 0] = -temperature * torch.log1p(rank)
+    w = w.to(dtype)
+    if labels == "sampled":
+        sets = [(h, sampled_labels(h, w, temperature, g)) for h, _ in sets]
+    return sets, w
+
+
+def sampled_labels(h, w, temperature, generator, rows=2048):
+    """One token per row drawn from softmax(h @ w.T / temperature), fp32, ``rows`` at a time."""
+    w32 = w.float()
+    return torch.cat([torch.multinomial(torch.softmax(
+        (h[i:i + rows].float() @ w32.T) / temperature, -1), 1, generator=generator)[:, 0]
+        for i in range(0, h.shape[0], rows)])
 
 
 def distill_inputs(n, h, v, k, seed, device="cuda"):

@@ -49,6 +49,7 @@ class Method:
     name = "?"
     outputs = "logprob+entropy"
     phases = ("fwd", "fb")  # the phases op times
+    temperature = TEMPERATURE  # op --temperature sets it on each method it builds
 
     def fwd(self, h, w, y):
         raise NotImplementedError
@@ -84,11 +85,31 @@ class Materialized(Method):
     name, outputs = "materialized", "logprob+entropy (fp32 logits)"
 
     def fwd(self, h, w, y):
-        logits = (h @ w.T).float() / TEMPERATURE
+        logits = (h @ w.T).float() / self.temperature
         logp = torch.log_softmax(logits, dim=-1)
         lp = logp.gather(1, y[:, None]).squeeze(1)
         ent = -(logp.exp() * logp).sum(-1)
         return lp, ent
+
+
+class Fp32Head(Materialized):
+    """The head as an fp32 GEMM of fp32 copies of hidden and weight (allow_tf32 off), then
+    as materialized: what a trainer with an fp32 LM head runs (NeMo-RL's fp32_lm_head). The
+    bf16 head is "materialized" (bf16 GEMM, bf16 logits, fp32 softmax). Forward only."""
+    name, outputs, phases, tf32 = "fp32_head", "logprob+entropy (fp32 head)", ("fwd",), False
+
+    def fwd(self, h, w, y):
+        matmul, before = torch.backends.cuda.matmul, torch.backends.cuda.matmul.allow_tf32
+        matmul.allow_tf32 = self.tf32
+        try:
+            return super().fwd(h.float(), w.float(), y)
+        finally:
+            matmul.allow_tf32 = before
+
+
+class Tf32Head(Fp32Head):
+    """The same GEMM in TF32 (allow_tf32 on): the head NeMo-RL runs at about bf16 speed."""
+    name, outputs, tf32 = "tf32_head", "logprob+entropy (TF32 head)", True
 
 
 class Ours(Method):
@@ -115,12 +136,13 @@ class Ours(Method):
 
     def fwd(self, h, w, y):
         with self._configured():
-            return self.op(h, w, y, temperature=TEMPERATURE)
+            return self.op(h, w, y, temperature=self.temperature)
 
     def fb(self, h, w, y, a, b):
         with self._configured():  # the overrides reach the backward too
             return super().fb(h, w, y, a, b)
 
 
-BUILTIN = {"gemm": Gemm, "materialized": Materialized, "ours": Ours,
+BUILTIN = {"gemm": Gemm, "materialized": Materialized, "ours": Ours, "fp32_head": Fp32Head,
+           "tf32_head": Tf32Head,
            "ours_var": lambda: Ours(name="ours_var", invariant=False, phases=("fwd",))}

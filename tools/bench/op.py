@@ -33,8 +33,8 @@ from . import profiling, protocols, report, sweep, timing
 from .report import Run
 from .timing import timing_options
 from .clocks import ClockSampler
-from .inputs import (ACC_ROWS, SHAPES, fp64_reference, loss_coeffs, make_inputs, max_err,
-                     op_phases, shape)
+from .inputs import (ACC_ROWS, LABELS, LOGITS, SHAPES, TEMPERATURE, fp64_reference,
+                     loss_coeffs, make_inputs, max_err, op_phases, shape)
 from .methods import BUILTIN, GiB, Ours, peak_extra_gib
 from .peers import PEERS
 
@@ -72,11 +72,12 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _build(methods, log):
+def _build(methods, log, temperature):
     objs = {}
     for name in methods:
         try:
             objs[name] = METHODS[name]()
+            objs[name].temperature = temperature
         except Exception as e:  # a peer that is not installed
             log(f"  {name}: unavailable ({type(e).__name__}: {str(e)[:200]})")
     return objs
@@ -84,10 +85,16 @@ def _build(methods, log):
 
 def bench_shape(n, hdim, v, methods, args, clocks, log):
     """Rows (one per method) for one shape: times, ratios, peaks, errors."""
-    sets, w = make_inputs(n, hdim, v, seed=n, device=args.device, logits=args.logits)
+    sets, w = make_inputs(n, hdim, v, seed=n, device=args.device, logits=args.logits,
+                          labels=args.labels, temperature=args.temperature)
     a, b = loss_coeffs(n, w.device)
-    ref_lp, ref_ent = fp64_reference(sets[0][0], w, sets[0][1], min(ACC_ROWS, n))
-    objs = _build(methods, log)
+    k = min(ACC_ROWS, n)
+    ref_lp, ref_ent = fp64_reference(sets[0][0], w, sets[0][1], k, args.temperature)
+    head = METHODS["fp32_head"]()
+    head.temperature = args.temperature
+    with torch.no_grad():  # the fp32 head's log-probs: "mult_err" = mean |exp(lp - these) - 1|
+        head_lp = head.fwd(sets[0][0][:k], w, sets[0][1][:k])[0].double()
+    objs = _build(methods, log, args.temperature)
     rows = {m: {"N": n, "H": hdim, "V": v, "method": m, "outputs": o.outputs}
             for m, o in objs.items()}
     grads_gib = (n * hdim + v * hdim) * 2 / GiB
@@ -119,8 +126,12 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
                         lp, ent = out if isinstance(out, tuple) else (None, None)
                         rows[m]["lp_err"], rows[m]["ent_err"] = (max_err(lp, ref_lp),
                                                                  max_err(ent, ref_ent))
+                        if lp is not None:
+                            err = lp[:k].double() - ref_lp
+                            rows[m]["lp_mean_err"] = err.abs().mean().item()
+                            rows[m]["mult_err"] = (lp[:k].double() - head_lp).exp().sub(
+                                1).abs().mean().item()
                         if lp is not None and ent is not None:
-                            k = min(ACC_ROWS, n)
                             lp1, ent1 = objs[m].fwd(sets[0][0][:k], w, sets[0][1][:k])
                             rows[m]["invariant_rows"] = int(
                                 ((lp1 == lp[:k]) & (ent1 == ent[:k])).sum())
@@ -141,7 +152,7 @@ def diagnose(shape, args, clocks, log):
     n, hdim, v = shape
     sets, w = make_inputs(n, hdim, v, seed=n, logits=args.logits)
     a, b = loss_coeffs(n, w.device)
-    objs = _build(args.methods, log)
+    objs = _build(args.methods, log, args.temperature)
     out = {"shape": list(shape)}
     for phase, inputs, ctx in op_phases(sets, w, a, b):
         protos = [p for p in args.protocols if phase == "fwd" or p != "graph"]
@@ -169,8 +180,11 @@ def add_arguments(p):
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a smoke run of the tool's code on tiny shapes (host-clock "
                         "timings, no memory figures), not a benchmark")
-    p.add_argument("--logits", default="iid", choices=["iid", "zipf"],
+    p.add_argument("--logits", default="iid", choices=LOGITS,
                    help="the inputs' logit distribution (tools/bench/inputs.py)")
+    p.add_argument("--labels", default="uniform", choices=LABELS,
+                   help="sampled: drawn from the exact softmax, as rollout tokens are")
+    p.add_argument("--temperature", type=float, default=TEMPERATURE)
     p.add_argument("--skip", default="", help="method@N pairs to skip, e.g. materialized@32768")
     p.add_argument("--no-grad-check", action="store_true")
     p.add_argument("--grad-shape", help="N,H,V of the gradient check (default 2048 tokens at "
@@ -202,7 +216,8 @@ def main(args, argv) -> int:
     run = Run(args, argv)
     log, out = run.log, run.out
     meta = {**run.meta, "triton": _version("triton"), "rounds": args.rounds,
-            "burst_ms": args.burst_ms, "heat_s": args.heat_s, "logits": args.logits}
+            "burst_ms": args.burst_ms, "heat_s": args.heat_s, "logits": args.logits,
+            "labels": args.labels, "temperature": args.temperature}
     log(json.dumps(meta))
     sampler = ClockSampler(torch.cuda.current_device()) if args.device == "cuda" else \
         contextlib.nullcontext()

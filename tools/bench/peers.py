@@ -18,7 +18,6 @@ from pathlib import Path
 
 import torch
 
-from .inputs import TEMPERATURE
 from .methods import Method, input_grads
 
 _VERL = []
@@ -56,7 +55,7 @@ class Verl(Method):
         self.op = _load_verl()
 
     def fwd(self, h, w, y):
-        return self.op(h, w, y, TEMPERATURE, "none")
+        return self.op(h, w, y, self.temperature, "none")
 
 
 class LigerScaledCE(Method):
@@ -73,7 +72,7 @@ class LigerScaledCE(Method):
             self.outputs += " (no nvidia-cutlass-dsl: its sm_90 path cannot load)"
 
     def fwd(self, h, w, y):
-        nll, entropy = self.fn.apply(h, w, y, TEMPERATURE, -100, 1, True)
+        nll, entropy = self.fn.apply(h, w, y, self.temperature, -100, 1, True)
         return -nll.float(), entropy.float()
 
 
@@ -87,7 +86,7 @@ class LigerFLCE(Method):
         self.fn = LigerFusedLinearCrossEntropyFunction
 
     def _loss(self, h, w, y):
-        out = self.fn.apply(h / TEMPERATURE, w, y)
+        out = self.fn.apply(h / self.temperature, w, y)
         return out[0] if isinstance(out, tuple) else out
 
     def fwd(self, h, w, y):
@@ -108,7 +107,7 @@ class CCE(Method):
         self.op = linear_cross_entropy
 
     def fwd(self, h, w, y):
-        return -self.op(h / TEMPERATURE, w, y, reduction="none").float(), None
+        return -self.op(h / self.temperature, w, y, reduction="none").float(), None
 
 
 PEERS = {"verl": Verl, "liger_scaled_ce": LigerScaledCE, "liger_flce": LigerFLCE, "cce": CCE}

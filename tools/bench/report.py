@@ -61,7 +61,8 @@ def table(rows):
     methods = {r["method"] for r in rows}
     head = ("N, H, V", "method", "outputs", "fwd ms", "fb ms", "fwd x GEMM (rounds' range)",
             "fb x 3 GEMMs (range)", "fwd peak GiB", "fb peak GiB", "logprob err", "entropy err",
-            "SM MHz fwd / fb", "fwd / fb x base (range)", "fb extra GiB", "invariant rows")
+            "SM MHz fwd / fb", "fwd / fb x base (range)", "fb extra GiB", "invariant rows",
+            "logprob mean err", "mult. err vs fp32 head")
     return markdown(head, [
         (f"{r['N']}, {r['H']}, {r['V']}", r["method"], r["outputs"],
          _fmt(r.get("fwd_ms"), ".2f"), _fmt(r.get("fb_ms"), ".2f"), _ratio(r, "fwd"),
@@ -69,7 +70,8 @@ def table(rows):
          _fmt(r.get("lp_err"), ".1e"), _fmt(r.get("ent_err"), ".1e"),
          f"{_fmt(r.get('fwd_sm_mhz'), '.0f')} / {_fmt(r.get('fb_sm_mhz'), '.0f')}",
          " / ".join(_ratio(r, p, "vs_base") for p in ("fwd", "fb")) if "base" in methods else "",
-         _fmt(r.get("fb_extra_gib"), ".3f"), _fmt(r.get("invariant_rows"), "d"))
+         _fmt(r.get("fb_extra_gib"), ".3f"), _fmt(r.get("invariant_rows"), "d"),
+         _fmt(r.get("lp_mean_err"), ".1e"), _fmt(r.get("mult_err"), ".1e"))
         for r in rows])
 
 
@@ -86,38 +88,32 @@ def plot(rows, path, title="fused log-prob + entropy, bf16, T = 0.7, one H200"):
     width = 0.38
     for col, shape in enumerate(shapes):
         by = {r["method"]: r for r in rows if (r["N"], r["H"], r["V"]) == shape}
-        floor = by.get("gemm", {})
-        xs = range(len(names))
+        floor_peak = by.get("gemm", {})
         ax_t, ax_m = axes[0][col], axes[1][col]
-        for off, phase, color in ((-width / 2, "fwd", "C0"), (width / 2, "fb", "C1")):
-            vals = [by.get(m, {}).get(f"{phase}_x") for m in names]
-            lo = [by.get(m, {}).get(f"{phase}_x_min") for m in names]
-            hi = [by.get(m, {}).get(f"{phase}_x_max") for m in names]
-            pos = [x + off for x, v in zip(xs, vals) if v is not None]
-            got = [(v, lw, hg) for v, lw, hg in zip(vals, lo, hi) if v is not None]
-            if got:
-                ys = [g[0] for g in got]
-                err = [[g[0] - (g[1] if g[1] is not None else g[0]) for g in got],
-                       [(g[2] if g[2] is not None else g[0]) - g[0] for g in got]]
-                ax_t.bar(pos, ys, width, yerr=err, capsize=2, color=color,
-                         label="forward" if phase == "fwd" else "forward + backward")
-                for p, y in zip(pos, ys):
-                    ax_t.text(p, y, f"{y:.2f}", ha="center", va="bottom", fontsize=6)
-            mvals = []
-            for m in names:
-                got_m, ref = by.get(m, {}).get(f"{phase}_peak_gib"), floor.get(f"{phase}_peak_gib")
-                mvals.append(None if got_m is None or not ref else max(got_m / ref, 1e-4))
-            mpos = [x + off for x, v in zip(xs, mvals) if v is not None]
-            if mpos:
-                ax_m.bar(mpos, [v for v in mvals if v is not None], width, color=color,
-                         label="forward" if phase == "fwd" else "forward + backward")
-        ax_t.axhline(1.0, color="k", lw=0.8)
+        for off, phase, color, label in ((-width / 2, "fwd", "C0", "forward"),
+                                         (width / 2, "fb", "C1", "forward + backward")):
+            bars = [(x + off, by[m][f"{phase}_x"], by[m].get(f"{phase}_x_min"),
+                     by[m].get(f"{phase}_x_max")) for x, m in enumerate(names)
+                    if by.get(m, {}).get(f"{phase}_x") is not None]
+            if bars:
+                pos, ys, lo, hi = zip(*bars)
+                err = [[y - (a if a is not None else y) for y, a in zip(ys, lo)],
+                       [(b if b is not None else y) - y for y, b in zip(ys, hi)]]
+                ax_t.bar(pos, ys, width, yerr=err, capsize=2, color=color, label=label)
+                for x, y in zip(pos, ys):
+                    ax_t.text(x, y, f"{y:.2f}", ha="center", va="bottom", fontsize=6)
+            ref = floor_peak.get(f"{phase}_peak_gib")
+            mem = [(x + off, max(by[m][f"{phase}_peak_gib"] / ref, 1e-4))
+                   for x, m in enumerate(names)
+                   if ref and by.get(m, {}).get(f"{phase}_peak_gib") is not None]
+            if mem:
+                ax_m.bar(*zip(*mem), width, color=color, label=label)
         ax_t.set_title(f"N={shape[0]}, H={shape[1]}, V={shape[2]}: time / GEMM floor")
-        ax_m.axhline(1.0, color="k", lw=0.8)
         ax_m.set_yscale("log")
         ax_m.set_title("peak extra memory / GEMM floor's (log)")
         for ax in (ax_t, ax_m):
-            ax.set_xticks(list(xs))
+            ax.axhline(1.0, color="k", lw=0.8)
+            ax.set_xticks(range(len(names)))
             ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
             ax.grid(axis="y", alpha=0.3)
             ax.legend(fontsize=7)
