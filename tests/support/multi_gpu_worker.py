@@ -5,6 +5,8 @@ compares.
     python multi_gpu_worker.py --mode tp_sp --out DIR [--device cuda]
     python multi_gpu_worker.py --mode pp --out DIR
     python multi_gpu_worker.py --mode cp --out DIR
+    python multi_gpu_worker.py --mode tp_vs_tp1 --out DIR [--device cpu]
+    python multi_gpu_worker.py --mode schedule_plan --out DIR
 
 tp_sp  TP = 2, SP off/on x tied/untied x fp32/bf16: fused_logprob against the
        gathered-logits path (``runtime_gather_output=True``, then fp32
@@ -17,8 +19,17 @@ pp     PP = 2 through megatron's own ``get_forward_backward_func()`` (1F1B, 4 mi
        embedding group, as finalize_model_grads does.
 cp     CP = 2: builds the local spec with context_parallel_size = 2 and records what stops
        it (the local spec's DotProductAttention supports neither CP nor packed sequences).
+tp_vs_tp1  fused_logprob at TP = 2 (SP off/on x tied/untied, shards gathered) against
+       TP = 1 (DP = 2) on the same weights; CPU: fp32, the builder's tiny model; CUDA: bf16,
+       vocab 32000, hidden 1024, 4 x 1024 tokens. Saves max differences, not tensors.
+schedule_plan  an MoE GPTModel (all MoE: 4 experts, top-2, alltoall, EP = 2, bf16), 3
+       micro-batches through ``get_forward_backward_func()``: ``model(...)`` against
+       ``model.build_schedule_plan(...)`` (``overlap_moe_expert_parallel_comm=True``, the
+       combined-1F1B schedule), per processor; what stops a path is recorded. moe_utils'
+       TE-only names are set to None where the core leaves them undefined without TE
+       (0.14-0.15: the router's ``te_general_gemm`` NameError), as 0.19.2 does.
 
-Saves DIR/<mode>-rank{r}.pt.
+Saves DIR/<mode>-rank{r}.pt; ``launch`` runs it and returns them.
 """
 
 from __future__ import annotations
@@ -26,8 +37,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import subprocess
 import sys
 import traceback
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -189,7 +202,139 @@ def run_cp(rank: int, device: str) -> dict:
     return {"built": True}
 
 
-MODES = {"tp_sp": run_tp_sp, "pp": run_pp, "cp": run_cp}
+def tp_config(tp: int, sp: bool, tied: bool, device: str) -> model_builder.ModelConfig:
+    if device == "cpu":
+        return model_builder.ModelConfig(tp=tp, sp=sp, tied=tied)
+    return model_builder.ModelConfig(tp=tp, sp=sp, tied=tied, vocab=32000, hidden=1024,
+                                     layers=2, heads=8, seq=1024, batch=4, dtype=torch.bfloat16)
+
+
+def run_tp_vs_tp1(rank: int, device: str) -> dict:
+    ref, report = {}, {}
+    for tp in (1, 2):
+        model_builder.init_model_parallel(tp)
+        for sp in ((False, True) if tp == 2 else (False,)):
+            for tied in (True, False):
+                cfg = tp_config(tp, sp, tied, device)
+                model = model_builder.build_model(cfg, device=device)
+                c1, c2 = coefficients(cfg, device)
+                log_probs, entropy = fused_path(model, cfg, model_builder.batch(cfg, device=device))
+                ((log_probs * c1).sum() + (entropy * c2).sum()).backward()
+                model_builder.finalize_grads(model)
+                # gathered_grads reads every parameter's .grad: one without fails here
+                res = {"log_probs": log_probs.detach().float().cpu(),
+                       "entropy": entropy.detach().float().cpu(),
+                       "grads": model_builder.gathered_grads(model)}
+                del model
+                if tp == 1:
+                    ref[tied] = res
+                    continue
+                base = ref[tied]
+                assert res["grads"].keys() == base["grads"].keys()
+                report[cfg.name] = {
+                    **{k: (res[k] - base[k]).abs().max().item() for k in ("log_probs", "entropy")},
+                    "grad_abs": max((res["grads"][k] - g).abs().max().item()
+                                    for k, g in base["grads"].items()),
+                    "grad_rel": max(((res["grads"][k] - g).abs().max() / g.abs().max().clamp(
+                        min=1e-30)).item() for k, g in base["grads"].items()),
+                    "n_grads": len(base["grads"])}
+    return report
+
+
+PLAN_MICROBATCHES = 3
+PROCESSORS = [None, "fused_ce_loss", "fused_logprob"]
+MOE = dict(num_moe_experts=4, moe_router_topk=2, moe_token_dispatcher_type="alltoall",
+           expert_model_parallel_size=2, add_bias_linear=False, moe_aux_loss_coeff=0.0,
+           moe_router_load_balancing_type="none")
+TE_NAMES = ["fused_compute_score_for_moe_aux_loss", "fused_moe_aux_loss", "fused_permute",
+            "fused_permute_with_probs", "fused_sort_chunks_by_index",
+            "fused_sort_chunks_by_index_with_probs", "fused_topk_with_score_function",
+            "fused_unpermute", "te_general_gemm"]
+
+
+def define_missing_te_names() -> list[str]:
+    from megatron.core.transformer.moe import moe_utils
+
+    missing = [name for name in TE_NAMES if not hasattr(moe_utils, name)]
+    for name in missing:
+        setattr(moe_utils, name, None)
+    return missing
+
+
+def run_plan_path(model, cfg, processor, microbatches) -> dict:
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    seen = []
+
+    def forward_step(data_iterator, model, return_schedule_plan=False):
+        (input_ids, position_ids, mask, labels, loss_mask), coeff = next(data_iterator)
+        kwargs = dict(labels=labels, loss_mask=loss_mask)
+        if processor is not None:
+            kwargs.update(output_processor=processor,
+                          output_processor_context={"temperature": TEMPERATURE})
+        forward = model.build_schedule_plan if return_schedule_plan else model
+        out = forward(input_ids, position_ids, mask, **kwargs)
+
+        def loss_func(out):
+            tensors = ({"log_probs": out.log_probs, "entropy": out.entropy}
+                       if processor == "fused_logprob" else {"per_token": out})
+            # clone: the combined schedule frees the loss node's inputs after backward
+            seen.append({k: v.detach().float().cpu().clone() for k, v in tensors.items()})
+            loss = sum((v.float() * coeff).sum() for v in tensors.values())
+            return loss, {"loss": loss.detach()}
+
+        return out, loss_func
+
+    model.zero_grad(set_to_none=True)
+    get_forward_backward_func()(
+        forward_step_func=forward_step, data_iterator=iter(microbatches), model=[model],
+        num_microbatches=PLAN_MICROBATCHES, seq_length=cfg.seq, micro_batch_size=cfg.batch,
+        forward_only=False)
+    torch.cuda.synchronize()
+    return {"outputs": seen,
+            "grads": {k: g.float().cpu() for k, g in model_builder.grads(model).items()}}
+
+
+def run_schedule_plan(rank: int, device: str) -> dict:
+    from importlib.metadata import version
+
+    defined = define_missing_te_names()
+    model_builder.init_model_parallel(1, 1, ep=2)
+    cfg = gpu_config(dtype=torch.bfloat16, tied=False)
+    spec = model_builder.layer_spec(num_experts=MOE["num_moe_experts"], moe_grouped_gemm=False)
+    plain, plan = (model_builder.build_model(cfg, device=device, spec=spec,
+                                             overlap_moe_expert_parallel_comm=overlap, **MOE)
+                   for overlap in (False, True))
+    plan.load_state_dict(plain.state_dict())
+    microbatches = [(model_builder.batch(cfg, seed=100 + m, device=device),
+                     coefficients(cfg, device, seed=200 + m)[0])
+                    for m in range(PLAN_MICROBATCHES)]
+    rows = {}
+    for processor in PROCESSORS:
+        row, results = {}, {}
+        for name, model in (("plain", plain), ("plan", plan)):
+            try:
+                results[name] = run_plan_path(model, cfg, processor, microbatches)
+                row[name] = "ran"
+            except Exception as exc:  # noqa: BLE001  (what stops a path is the result)
+                row[name] = f"{type(exc).__name__}: {exc}"
+                row[f"{name}_traceback"] = traceback.format_exc(limit=-6)
+        if len(results) == 2:
+            a, b = results["plain"], results["plan"]
+            assert a["grads"].keys() == b["grads"].keys()
+            row.update(microbatches=len(b["outputs"]), n_grads=len(a["grads"]),
+                       output_max_abs=max((x[k] - y[k]).abs().max().item()
+                                          for x, y in zip(a["outputs"], b["outputs"]) for k in x),
+                       grad_max_rel=max(((b["grads"][k] - g).abs().max() / g.abs().max().clamp(
+                           min=1e-30)).item() for k, g in a["grads"].items()))
+        rows[processor] = row
+    dist.barrier()
+    return {"megatron_core": version("megatron-core"), "te_names_defined_as_none": defined,
+            "processors": rows}
+
+
+MODES = {"tp_sp": run_tp_sp, "pp": run_pp, "cp": run_cp, "tp_vs_tp1": run_tp_vs_tp1,
+         "schedule_plan": run_schedule_plan}
 
 
 def worker(rank: int, mode: str, port: int, device: str, out: str) -> None:
@@ -197,6 +342,19 @@ def worker(rank: int, mode: str, port: int, device: str, out: str) -> None:
     results = MODES[mode](rank, device)
     torch.save(results, os.path.join(out, f"{mode}-rank{rank}.pt"))
     model_builder.shutdown()
+
+
+def launch(mode: str, out: Path, device: str = "cuda") -> list:
+    """Run ``mode``'s two ranks in a fresh process; each rank's saved results."""
+    out.mkdir(parents=True, exist_ok=True)
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONWARNINGS="ignore", NCCL_NVLS_ENABLE="0",
+               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, __file__, "--mode", mode, "--out", str(out),
+                           "--device", device], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return [torch.load(out / f"{mode}-rank{r}.pt", weights_only=False) for r in range(2)]
 
 
 def main() -> None:
