@@ -9,6 +9,8 @@
 #   hybrid WHEELS       per upstream wheel: overlay wheel, status, `bench model --model hybrid`
 #   multi-gpu WHEELS    0.19.2 and 0.15.3 patched: the 2-GPU tests (multi_gpu,
 #                       tp_matches_tp1, schedule_plan); `bench tp` (2 GPUs)
+#   heads               `bench op`: bf16/TF32/fp32 heads and ours, flat/peaked logits, T = 1/0.7,
+#                       sampled labels, forward (ROUNDS)
 #   smoke WHEELS        every GPU subcommand of `python -m tools.bench`, tiny, one GPU (~3 min)
 # WHEELS holds upstream's megatron_core-<release>-*.whl; PEER_WHEELS the peers' wheels
 # (docs/BENCHMARKS.md says how they are made).
@@ -113,6 +115,13 @@ multi-gpu)
     tail -40
   printf '%s\n' "${summary[@]}"
   ;;
+heads)
+  for logits in iid peaked; do for t in 1 0.7; do
+    bench op --methods gemm,materialized,tf32_head,fp32_head,ours --logits $logits \
+      --labels sampled --temperature $t --phases fwd --rounds ${ROUNDS:-5} --no-grad-check \
+      --out "$OUT/$logits-T$t" 2>&1 | tail -7
+  done; done
+  ;;
 smoke)
   install_upstream 0.19.2 "$1" /tmp/site || exit 1
   export PYTHONPATH=/tmp/site:$PWD CUDA_VISIBLE_DEVICES=0
@@ -137,7 +146,7 @@ smoke)
     [ -f "$OUT/$i.log" ] && tail -3 "$OUT/$i.log"
   done
   ;;
-*) echo "unknown mode $MODE (verify, checks, protocols, peers, hybrid, multi-gpu, smoke)"; exit 2 ;;
+*) echo "unknown mode $MODE (verify, checks, protocols, peers, hybrid, multi-gpu, heads, smoke)"; exit 2 ;;
 esac
 if [ -n "${PACK:-}" ]; then
   tar -czf "$OUT.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")" && rm -rf "$OUT"

@@ -170,7 +170,6 @@ def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
     assert set(rows) == {1, 4}
     for k, row in rows.items():
         assert row["ids_equal_frac"] == 1.0 and row["topk_max_err"] < 1e-4
-        assert row["rowtemp_constant_bitwise"] is True
         for name in ("topk_ours", "topk_torch", "at_ours_fb", "at_torch_fb"):
             rec = row[name]
             assert rec["x_floor_min"] <= rec["x_floor"] <= rec["x_floor_max"]
@@ -242,11 +241,11 @@ def test_cpu_smoke_run_of_the_head_precision_comparison(tmp_path):
     assert bench([
         "op", "--device", "cpu", "--shapes", "64,32,512", "--rounds", "2", "--burst-ms", "2",
         "--heat-s", "0", "--methods", "gemm,materialized,tf32_head,fp32_head,ours",
-        "--logits", "peaked", "--labels", "sampled", "--temperature", "1", "--out", str(out)]) == 0
+        "--logits", "peaked", "--labels", "sampled", "--temperature", "1", "--phases", "fwd", "--out", str(out)]) == 0
     data = json.loads((out / "results.json").read_text())
     assert data["meta"]["temperature"] == 1.0 and data["meta"]["labels"] == "sampled"
     rows = {r["method"]: r for r in data["rows"]}
-    assert "fb_ms" not in rows["fp32_head"] and rows["fp32_head"]["mult_err"] < 1e-6
+    assert not any("fb_ms" in r for r in rows.values()) and rows["fp32_head"]["mult_err"] < 1e-6
     assert rows["ours"]["mult_err"] < 5e-5 < rows["materialized"]["mult_err"]
     assert rows["ours"]["lp_mean_err"] < rows["materialized"]["lp_mean_err"] / 10
 

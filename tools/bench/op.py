@@ -99,6 +99,8 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
             for m, o in objs.items()}
     grads_gib = (n * hdim + v * hdim) * 2 / GiB
     for phase, inputs, ctx in op_phases(sets, w, a, b):
+        if phase not in args.phases:
+            continue
         live = {m: getattr(o, phase) for m, o in objs.items() if phase in o.phases}
         with ctx():
             got = timing.interleaved(live, inputs, args.rounds, burst_ms=args.burst_ms,
@@ -185,6 +187,7 @@ def add_arguments(p):
     p.add_argument("--labels", default="uniform", choices=LABELS,
                    help="sampled: drawn from the exact softmax, as rollout tokens are")
     p.add_argument("--temperature", type=float, default=TEMPERATURE)
+    p.add_argument("--phases", default="fwd,fb", help="fwd, fb or both")
     p.add_argument("--skip", default="", help="method@N pairs to skip, e.g. materialized@32768")
     p.add_argument("--no-grad-check", action="store_true")
     p.add_argument("--grad-shape", help="N,H,V of the gradient check (default 2048 tokens at "
@@ -205,6 +208,7 @@ def main(args, argv) -> int:
                                                  DEFAULT_METHODS)).split(",") if m]
     args.methods += [add_fb_variant(spec) for spec in args.fb_variant]
     args.protocols = [x for x in args.protocols.split(",") if x]
+    args.phases = args.phases.split(",")
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
         args.parser.error(f"--methods: unknown {unknown}; choose from {sorted(METHODS)}")

@@ -4,21 +4,19 @@
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from dataclasses import asdict
 
 import torch
 
 from .inputs import ACC_ROWS, TEMPERATURE, fp64_reference, loss_coeffs, make_inputs, max_err
-from .timing import burst
+from .timing import interleaved
 
 
 def cuda_time(fn, inputs, warmup: int, repeats: int) -> float:
-    """Median ms of single calls (configs are compared within one shape and run)."""
-    for i in range(warmup):
-        fn(*inputs[i % len(inputs)])
-    return statistics.median(burst(fn, inputs, 1, i) for i in range(repeats))
+    """Median ms of single synchronized calls (configs are compared within one shape and run)."""
+    return interleaved({"fn": fn}, inputs, repeats, single=True, heat_s=0,
+                       warmup_calls=warmup)["fn"].median_ms
 
 
 def sweep(shape, log):
