@@ -259,3 +259,21 @@ def test_sampled_labels_follow_the_softmax():
         got[labels] = fp64_reference(sets[0][0], w, sets[0][1], 256, 1.0)[0].mean().item()
     # uniform labels sit at ~log(1/V) and below on peaked logits; sampled ones near the top
     assert got["sampled"] > got["uniform"] + 3
+
+
+def test_the_readmes_gpu_commands_name_what_exists():
+    # CI has no GPU to run them; it can check that each names a device.sh mode and that
+    # each harness command line parses as written
+    import re
+    from tools.bench.__main__ import parser
+    text = (REPO / "README.md").read_text() + (REPO / "docs" / "BENCHMARKS.md").read_text()
+    script = (REPO / "tools" / "device.sh").read_text()
+    modes = set(re.findall(r"device\.sh (\w[\w-]*)", text)) - {"MODE"}
+    assert modes and all(re.search(rf"^{re.escape(m)}\)", script, re.M) for m in modes), modes
+    commands = re.findall(r"`python -m tools\.bench ([^`]+)`", (REPO / "README.md").read_text())
+    commands += re.findall(r"# python -m tools\.bench (.+?) \.\.\.$", (REPO / "README.md").read_text(),
+                           re.M)
+    commands = [c for c in commands if "<" not in c]  # placeholders: <subcommand>
+    assert len(commands) >= 5
+    for line in commands:
+        parser().parse_args(line.split())
