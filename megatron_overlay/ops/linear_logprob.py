@@ -32,7 +32,8 @@ class LinearLogprobEntropy(torch.autograd.Function):
         # The big kernel is launched before the label check's dozen small ops: the GPU starts
         # on it while the host enqueues them (a caller that synchronizes after every call
         # would otherwise wait for their host time; docs/BENCHMARKS.md, "Which figures hold").
-        stats = impl.forward_stats(hidden, weight, local_labels, inv_t, params.return_entropy)
+        stats = impl.forward_stats(hidden, weight, local_labels, inv_t, params.return_entropy,
+                                   logits_dtype=params.logits_dtype)
         # Out-of-range labels (ValueError on CPU and in strict mode, before this) give NaN
         # log-probs and gradients; on CUDA the host raises later (ops/label_check.py).
         bad = label_check.bad_labels(labels, weight.shape[0] * world, params.ignore_index)
@@ -76,7 +77,8 @@ class LinearLogprobEntropy(torch.autograd.Function):
         # d_hidden stays fp32 for the all-reduce.
         d_hidden, d_weight = ctx.impl.backward(
             hidden, weight, local_labels, ctx.inv_t, lse, mean_z, g_lp, g_h,
-            d_weight_dtype=weight.dtype, d_hidden_dtype=None if ctx.tp else hidden.dtype)
+            d_weight_dtype=weight.dtype, d_hidden_dtype=None if ctx.tp else hidden.dtype,
+            logits_dtype=ctx.params.logits_dtype)
         if ctx.tp:  # each shard holds part of d_hidden: complete it on every rank
             dist.all_reduce(d_hidden, group=ctx.tp_group)
         d_hidden = d_hidden.to(hidden.dtype) if ctx.needs_input_grad[0] else None
@@ -87,7 +89,7 @@ class LinearLogprobEntropy(torch.autograd.Function):
 def linear_logprob_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                            *, temperature=1.0, return_entropy: bool = True,
                            ignore_index: int = -100, tp_group=None,
-                           strict_labels: bool | None = None):
+                           strict_labels: bool | None = None, logits_dtype=None):
     """Per-token log-prob of ``labels`` and entropy under ``softmax(hidden @ weight.T / T)``.
 
     hidden [N, H], weight [V_local, H] (this rank's vocab shard when ``tp_group`` is given;
@@ -99,9 +101,16 @@ def linear_logprob_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: t
     ``strict_labels=True`` (or ``MEGATRON_OVERLAY_STRICT_LABELS=1``); on CUDA otherwise
     without a host sync, at a later point that ops/label_check.py documents (their
     log-probs are NaN meanwhile).
+
+    Precision: the logits are fp32 accumulators, never rounded (an fp32 head, also on 16-bit
+    operands); ``logits_dtype=torch.bfloat16`` (or float16) rounds each to that dtype
+    before the softmax, reproducing a head in that dtype. ``hidden`` and ``weight`` may be
+    of one dtype, or one 16-bit and the other fp32 (an fp32 residual stream or head
+    weight); each gradient comes back in its operand's dtype.
     """
     params = LogprobParams(temperature=temperature, return_entropy=return_entropy,
-                           ignore_index=ignore_index, strict_labels=strict_labels)
+                           ignore_index=ignore_index, strict_labels=strict_labels,
+                           logits_dtype=logits_dtype)
     world = dist.get_world_size(tp_group) if tp_group is not None else 1
     validate_inputs(hidden, weight, labels, params, vocab_size=weight.shape[0] * world)
     return LinearLogprobEntropy.apply(hidden, weight, labels, params, tp_group)

@@ -27,7 +27,7 @@ __all__ = ["LinearLogprobsAt", "backward_at_ids", "entropy_from_stats", "linear_
 
 
 def backward_at_ids(impl, hidden, weight, local_ids, inv_t, lse, mean_z, grad_at_ids,
-                    grad_entropy, tp_group, needs_input_grad):
+                    grad_entropy, tp_group, needs_input_grad, logits_dtype=None):
     """(d_hidden, d_weight) of sum grad_at_ids * log p(ids) + sum grad_entropy * H.
 
     Shared by the ops that return log-probs at chosen ids (here and linear_topk.py).
@@ -40,7 +40,7 @@ def backward_at_ids(impl, hidden, weight, local_ids, inv_t, lse, mean_z, grad_at
                                        mean_z if grad_entropy is not None else None,
                                        grad_at_ids.sum(dim=1), grad_entropy,
                                        d_weight_dtype=weight.dtype, sparse_ids=local_ids,
-                                       sparse_grads=grad_at_ids)
+                                       sparse_grads=grad_at_ids, logits_dtype=logits_dtype)
     if tp_group is not None:  # each shard holds part of d_hidden: complete it on every rank
         dist.all_reduce(d_hidden, group=tp_group)
     d_hidden = d_hidden.to(hidden.dtype) if needs_input_grad[0] else None
@@ -65,7 +65,8 @@ class LinearLogprobsAt(torch.autograd.Function):
             label_check.poll()  # earlier calls' checks that have finished (no wait)
         inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
         no_label = torch.full((hidden.shape[0],), -1, dtype=torch.int64, device=hidden.device)
-        stats = impl.forward_stats(hidden, weight, no_label, inv_t, params.return_entropy)
+        stats = impl.forward_stats(hidden, weight, no_label, inv_t, params.return_entropy,
+                                   logits_dtype=params.logits_dtype)
         # Out-of-range ids (ValueError on CPU and in strict mode, before this): their rows
         # get NaN log-probs and gradients, the ids are clamped so that no gather reads out
         # of bounds, and on CUDA the host raises later (ops/label_check.py).
@@ -75,7 +76,7 @@ class LinearLogprobsAt(torch.autograd.Function):
         bad_rows = bad.any(dim=1)
         token_ids = torch.where(bad, 0, token_ids)
         local_ids = shard_ids(token_ids, vocab_start, weight.shape[0])
-        z_at = impl.logits_at(hidden, weight, local_ids, inv_t)
+        z_at = impl.logits_at(hidden, weight, local_ids, inv_t, logits_dtype=params.logits_dtype)
         if tp:
             stats = merge_stats(stats, tp_group)
             dist.all_reduce(z_at, group=tp_group)  # each id lives in exactly one shard
@@ -84,6 +85,7 @@ class LinearLogprobsAt(torch.autograd.Function):
         if not params.return_entropy:
             entropy = mean_z = None
         ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None
+        ctx.logits_dtype = params.logits_dtype
         if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive
             ctx.save_for_backward(hidden, weight, local_ids, lse, mean_z, bad_rows)
         return log_probs, entropy
@@ -102,13 +104,13 @@ class LinearLogprobsAt(torch.autograd.Function):
         d_hidden, d_weight = backward_at_ids(
             ctx.impl, hidden, weight, local_ids, ctx.inv_t, lse, mean_z, grad_log_probs,
             None if grad_entropy is None else grad_entropy.float(), ctx.tp_group,
-            ctx.needs_input_grad)
+            ctx.needs_input_grad, ctx.logits_dtype)
         return d_hidden, d_weight, None, None, None
 
 
 def linear_logprobs_at(hidden: torch.Tensor, weight: torch.Tensor, token_ids: torch.Tensor,
                        *, temperature=1.0, tp_group=None, return_entropy: bool = False,
-                       strict_ids: bool | None = None):
+                       strict_ids: bool | None = None, logits_dtype=None):
     """``log softmax(hidden @ weight.T / T)`` at ``token_ids``, without the logits.
 
     hidden [N, H], weight [V_local, H] (this rank's vocab shard when ``tp_group`` is given;
@@ -119,8 +121,10 @@ def linear_logprobs_at(hidden: torch.Tensor, weight: torch.Tensor, token_ids: to
     Ids outside ``[0, V)`` raise ``ValueError``: at once on CPU or with ``strict_ids=True``
     (or ``MEGATRON_OVERLAY_STRICT_LABELS=1``); on CUDA otherwise without a host sync, at a
     later point that ops/label_check.py documents (those rows' log-probs are NaN meanwhile).
+    ``logits_dtype`` and the operands' dtypes: as in linear_logprob_entropy.
     """
-    params = LogprobParams(temperature=temperature, return_entropy=return_entropy)
+    params = LogprobParams(temperature=temperature, return_entropy=return_entropy,
+                           logits_dtype=logits_dtype)
     validate_matrices(hidden, weight)
     world = dist.get_world_size(tp_group) if tp_group is not None else 1
     validate_token_ids(token_ids, hidden.shape[0], weight.shape[0] * world, hidden.device,

@@ -74,7 +74,8 @@ class LinearTopkLogprobs(torch.autograd.Function):
             local_labels = torch.full((n,), -1, dtype=torch.int64, device=hidden.device)
         inv_t = inverse_temperature(params.temperature, n, hidden.device)
         stats, values, ids = topk_impl.topk_stats(hidden, weight, local_labels, inv_t,
-                                                  params.return_entropy, k)
+                                                  params.return_entropy, k,
+                                                  logits_dtype=params.logits_dtype)
         ids = torch.where(ids == PAD_ID, ids, ids + vocab_start)
         if tp:
             stats = merge_stats(stats, tp_group)
@@ -92,7 +93,7 @@ class LinearTopkLogprobs(torch.autograd.Function):
             entropy = mean_z = None
         ctx.mark_non_differentiable(ids)
         ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None
-        ctx.has_labels = labels is not None
+        ctx.has_labels, ctx.logits_dtype = labels is not None, params.logits_dtype
         if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive
             # the chosen ids and the label: the ids whose log-probs carry gradients
             local_ids = torch.cat([shard_ids(ids, vocab_start, weight.shape[0]),
@@ -119,7 +120,7 @@ class LinearTopkLogprobs(torch.autograd.Function):
                 g_ent = torch.where(valid, g_ent, 0.0)
         d_hidden, d_weight = backward_at_ids(ctx.impl, hidden, weight, local_ids, ctx.inv_t,
                                              lse, mean_z, grads, g_ent, ctx.tp_group,
-                                             ctx.needs_input_grad)
+                                             ctx.needs_input_grad, ctx.logits_dtype)
         return d_hidden, d_weight, None, None, None, None
 
 
@@ -135,7 +136,7 @@ def validate_k(k, vocab_size: int) -> None:
 def linear_topk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, k: int, *,
                          temperature=1.0, tp_group=None, labels: torch.Tensor | None = None,
                          return_entropy: bool = False, ignore_index: int = -100,
-                         strict_labels: bool | None = None) -> TopkLogprobs:
+                         strict_labels: bool | None = None, logits_dtype=None) -> TopkLogprobs:
     """The ``k`` most likely ids under ``softmax(hidden @ weight.T / T)`` and their log-probs.
 
     hidden [N, H], weight [V_local, H] (this rank's vocab shard when ``tp_group`` is given;
@@ -145,9 +146,12 @@ def linear_topk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, k: int, *,
     ValueError as in ``linear_logprob_entropy`` (on CUDA later, without a sync). Returns a
     TopkLogprobs; all
     log-probs are differentiable w.r.t. hidden and weight, d_hidden complete on every rank.
+    ``logits_dtype`` and the operands' dtypes: as in linear_logprob_entropy (with a
+    16-bit ``logits_dtype`` ties between rounded logits go to the lower id).
     """
     params = LogprobParams(temperature=temperature, return_entropy=return_entropy,
-                           ignore_index=ignore_index, strict_labels=strict_labels)
+                           ignore_index=ignore_index, strict_labels=strict_labels,
+                           logits_dtype=logits_dtype)
     world = dist.get_world_size(tp_group) if tp_group is not None else 1
     vocab = weight.shape[0] * world if isinstance(weight, torch.Tensor) and weight.dim() == 2 \
         else 0

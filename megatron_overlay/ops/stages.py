@@ -14,7 +14,12 @@ Shared by every stage:
       whose temperature was invalid, see ops/temperature.py).
   local_labels [N] / local_ids [N, K]: indices into this vocab shard (weight [V, H] is
       this rank's shard), or -1 where the id lives in another shard or there is none.
-  z = (hidden @ weight.T) * inv_temperature (per row), accumulated in fp32.
+  z = round(hidden @ weight.T) * inv_temperature (per row), accumulated in fp32 from
+      operands of one dtype or a 16-bit one with an fp32 one; round is the identity by
+      default (an fp32 head) and, with the keyword ``logits_dtype`` (bfloat16 or float16),
+      rounds each logit to that dtype once, as a head in it does (its gradient passes
+      through unchanged). An implementation that cannot do a mode raises
+      NotImplementedError naming what can (ops/kernels/launch.py).
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ class LogprobStages(Protocol):
 
     def forward_stats(self, hidden: torch.Tensor, weight: torch.Tensor,
                       local_labels: torch.Tensor, inv_temperature: InvTemperature,
-                      with_entropy: bool) -> torch.Tensor:
+                      with_entropy: bool, *, logits_dtype: torch.dtype | None = None,
+                      ) -> torch.Tensor:
         """[N, 4] fp32 per-token statistics of z over this shard: (m = max z,
         s = sum exp(z - m), t = sum exp(z - m) * (z - m), z[label] or 0). t is taken
         relative to the max so that entropy = log s - t / s has no cancellation between
@@ -51,6 +57,7 @@ class LogprobStages(Protocol):
                  d_hidden_dtype: torch.dtype | None = None,
                  sparse_ids: torch.Tensor | None = None,
                  sparse_grads: torch.Tensor | None = None,
+                 logits_dtype: torch.dtype | None = None,
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """(d_hidden [N, H] partial over this shard, d_weight [V, H]) of
         sum grad_logprob * log p[label] + sum grad_entropy * H (lse, mean_z = E_p[z]
@@ -63,7 +70,8 @@ class LogprobStages(Protocol):
         ...
 
     def logits_at(self, hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tensor,
-                  inv_temperature: InvTemperature) -> torch.Tensor:
+                  inv_temperature: InvTemperature, *,
+                  logits_dtype: torch.dtype | None = None) -> torch.Tensor:
         """z [N, K] fp32 at ``local_ids`` [N, K], and 0 where the id is -1. (Its gradient
         is backward's ``sparse_ids`` term.)"""
         ...
@@ -75,7 +83,7 @@ class TopkStage(Protocol):
 
     def topk_stats(self, hidden: torch.Tensor, weight: torch.Tensor,
                    local_labels: torch.Tensor, inv_temperature: InvTemperature,
-                   with_entropy: bool, k: int,
+                   with_entropy: bool, k: int, *, logits_dtype: torch.dtype | None = None,
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(stats [N, 4] fp32 exactly as forward_stats, values [N, k] fp32: the k largest
         z of this shard, descending, ties to the lower id, ids [N, k] int64: their indices

@@ -22,6 +22,11 @@ def row_slice(inv_temperature, rows: slice):
     return inv_temperature
 
 
+def rounded(logits: torch.Tensor, logits_dtype) -> torch.Tensor:
+    """fp32 logits as a head in ``logits_dtype`` gives them (rounded once), or as they are."""
+    return logits if logits_dtype is None else logits.to(logits_dtype).float()
+
+
 # A tile of TOKEN_CHUNK x VOCAB_CHUNK fp32 logits is 16 MiB: big enough for an efficient
 # CPU matmul, small enough that peak memory does not grow with N or V.
 TOKEN_CHUNK = 1024
@@ -32,7 +37,7 @@ GATHER_BUDGET_BYTES = 32 << 20
 
 
 def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
-                  inv_temperature, with_entropy: bool, *,
+                  inv_temperature, with_entropy: bool, *, logits_dtype: torch.dtype | None = None,
                   token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK) -> torch.Tensor:
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
     stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=hidden.device)
@@ -53,7 +58,7 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
             torch.cat([stats[n0:n0 + rows], stats.new_zeros(token_chunk - rows, 4)])
         row_max, sum_exp, sum_exp_z, z_label = tile_stats.unbind(1)
         for v0 in range(0, vocab, vocab_chunk):
-            z = h @ weight[v0:v0 + vocab_chunk].float().T
+            z = rounded(h @ weight[v0:v0 + vocab_chunk].float().T, logits_dtype)
             z.mul_(inv_t)
             in_tile = (labels >= v0) & (labels < v0 + z.shape[1])
             picked = z.gather(1, (labels - v0).clamp(0, z.shape[1] - 1)[:, None]).squeeze(1)
@@ -81,8 +86,11 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
              d_weight_dtype: torch.dtype | None = None,
              d_hidden_dtype: torch.dtype | None = None,
              sparse_ids: torch.Tensor | None = None, sparse_grads: torch.Tensor | None = None,
+             logits_dtype: torch.dtype | None = None,
              token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK):
-    """d/dz log p[y] = 1[j=y] - p_j;  d/dz H = -p_j (z_j - E_p[z]);  dz/d(logit) = 1/T."""
+    """d/dz log p[y] = 1[j=y] - p_j;  d/dz H = -p_j (z_j - E_p[z]);  dz/d(logit) = 1/T.
+    With ``logits_dtype`` p comes from the rounded logits, as the forward's, and the
+    rounding passes the gradient through unchanged (as autograd through a cast does)."""
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
     d_hidden = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
     d_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
@@ -93,7 +101,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
         inv_t = row_slice(inv_temperature, sl)
         for v0 in range(0, vocab, vocab_chunk):
             w = weight[v0:v0 + vocab_chunk].float()
-            z = (h @ w.T) * inv_t
+            z = rounded(h @ w.T, logits_dtype) * inv_t
             p = torch.exp(z - row_lse[:, None])
             grad_z = -p * g_lp[:, None]
             if grad_entropy is not None:
@@ -114,7 +122,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
 
 
 def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tensor,
-              inv_temperature) -> torch.Tensor:
+              inv_temperature, *, logits_dtype: torch.dtype | None = None) -> torch.Tensor:
     n, k = local_ids.shape
     out = torch.zeros(n, k, dtype=torch.float32, device=hidden.device)
     if n == 0 or k == 0:
@@ -125,7 +133,7 @@ def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tenso
     for n0 in range(0, n, step):
         rows = slice(n0, n0 + step)
         w = weight[safe[rows]].float()                       # [c, K, H]
-        z = torch.bmm(w, hidden[rows].float().unsqueeze(2)).squeeze(2)
+        z = rounded(torch.bmm(w, hidden[rows].float().unsqueeze(2)).squeeze(2), logits_dtype)
         z = z * row_slice(inv_temperature, rows)
         out[rows] = torch.where(here[rows], z, torch.zeros_like(z))
     return out

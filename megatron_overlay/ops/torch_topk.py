@@ -12,11 +12,12 @@ from __future__ import annotations
 import torch
 
 from .topk_merge import order_candidates, pad_candidates, tile_topk
-from .torch_chunked import TOKEN_CHUNK, VOCAB_CHUNK, forward_stats, row_slice
+from .torch_chunked import TOKEN_CHUNK, VOCAB_CHUNK, forward_stats, rounded, row_slice
 
 
 def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
                inv_temperature, with_entropy: bool, k: int, *,
+               logits_dtype: torch.dtype | None = None,
                token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK):
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
     values = torch.full((n_tokens, k), float("-inf"), dtype=torch.float32, device=hidden.device)
@@ -29,7 +30,7 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
         best_v = best_i = None
         for v0 in range(0, vocab, vocab_chunk):
             w = weight[v0:v0 + vocab_chunk]
-            z = (h.float() @ w.float().T).mul_(inv_t)
+            z = rounded(h.float() @ w.float().T, logits_dtype).mul_(inv_t)
             tile_v, tile_i = tile_topk(z, k, v0)
             if best_v is None:
                 best_v, best_i = tile_v, tile_i
@@ -41,5 +42,6 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
             values[rows], ids[rows] = best_v, best_i
         chunk_inv_t = inv_t if not isinstance(inv_t, torch.Tensor) else inv_t[:, 0]
         stats[rows] = forward_stats(h, weight, local_labels[rows], chunk_inv_t, with_entropy,
-                                    token_chunk=token_chunk, vocab_chunk=vocab_chunk)
+                                    logits_dtype=logits_dtype, token_chunk=token_chunk,
+                                    vocab_chunk=vocab_chunk)
     return stats, values, ids

@@ -43,9 +43,10 @@ def validate_matrices(hidden, weight) -> None:
     if hidden.dtype not in _FLOAT_DTYPES or weight.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"hidden and weight must be float32, bfloat16 or float16, got "
                         f"{hidden.dtype} and {weight.dtype}")
-    if hidden.dtype != weight.dtype:
-        raise TypeError(f"hidden ({hidden.dtype}) and weight ({weight.dtype}) must share a "
-                        f"dtype; cast one, e.g. hidden.to(weight.dtype)")
+    if hidden.dtype != weight.dtype and torch.float32 not in (hidden.dtype, weight.dtype):
+        raise TypeError(f"hidden ({hidden.dtype}) and weight ({weight.dtype}): the operands "
+                        f"must share a dtype, or one of them be float32; cast one, e.g. "
+                        f"hidden.to(weight.dtype)")
     if hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"hidden size mismatch: hidden is {tuple(hidden.shape)}, weight is "
                          f"{tuple(weight.shape)}; weight must be [vocab, {hidden.shape[1]}]")

@@ -26,9 +26,10 @@ from .context import read_context
 
 # the output_processor_context keys each processor accepts, with their defaults
 FUSED_LOGPROB_KEYS = {"temperature": 1.0, "return_entropy": True,
-                      "ignore_index": DEFAULT_IGNORE_INDEX, "strict_labels": None}
+                      "ignore_index": DEFAULT_IGNORE_INDEX, "strict_labels": None,
+                      "logits_dtype": None}
 FUSED_CE_LOSS_KEYS = {"temperature": 1.0, "ignore_index": DEFAULT_IGNORE_INDEX,
-                      "strict_labels": None}
+                      "strict_labels": None, "logits_dtype": None}
 
 
 class FieldAccess:
@@ -118,9 +119,8 @@ def flatten_inputs(hidden_states, output_layer, output_weight, scale_logits,
         hidden_states = gather_from_sequence_parallel_region(
             hidden_states, tensor_parallel_output_grad=False, group=group)
     seq, batch = hidden_states.shape[:2]
-    if hidden_states.dtype != weight.dtype:
-        raise TypeError(f"hidden states ({hidden_states.dtype}) and output weight "
-                        f"({weight.dtype}) dtypes differ")
+    # dtypes: the ops' rules (one dtype, or 16-bit with fp32: an fp32 output weight is an
+    # fp32 head, used as it is, never copied)
     temperature = rows_from_batch_seq(temperature, batch, seq)
     factor = _logit_scale(scale_logits)
     if factor != 1.0:
@@ -159,8 +159,10 @@ def fused_logprob(
 
     context: None, a mapping or an object with ``temperature`` (default 1.0; a float, or a
     [b] / [b, s] tensor of per-sample / per-token temperatures), ``return_entropy``
-    (default True), ``ignore_index`` (default -100) and ``strict_labels`` (default None:
-    see ops/label_check.py); a mapping with any other key is refused (see :mod:`.context`).
+    (default True), ``ignore_index`` (default -100), ``strict_labels`` (default None:
+    see ops/label_check.py) and ``logits_dtype`` (default None: fp32 logits; "bfloat16"
+    reproduces a bf16 head, see ops/params.py); a mapping with any other key is refused
+    (see :mod:`.context`).
     """
     params = LogprobParams(**read_context(context, FUSED_LOGPROB_KEYS, "fused_logprob"))
     _require_labels(labels, "fused_logprob",

@@ -12,7 +12,7 @@ upstream 0.18+ core.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -23,7 +23,8 @@ from .context import REQUIRED, read_context
 from .fused_logprob import FieldAccess, flatten_inputs
 
 # the output_processor_context keys this processor accepts, with their defaults
-FUSED_LOGPROBS_AT_KEYS = {"token_ids": REQUIRED, "temperature": 1.0, "return_entropy": False}
+FUSED_LOGPROBS_AT_KEYS = {"token_ids": REQUIRED, "temperature": 1.0, "return_entropy": False,
+                          "logits_dtype": None}
 
 
 @dataclass
@@ -52,8 +53,9 @@ def fused_logprobs_at(
     """Log-probs of softmax(logits / temperature) at ``token_ids``, fused; labels unused.
 
     context: ``token_ids`` ([b, s, k] int64, required), ``temperature`` (default 1.0;
-    float, or [b] / [b, s] tensor), ``return_entropy`` (default False); a mapping with any
-    other key is refused (see :mod:`.context`).
+    float, or [b] / [b, s] tensor), ``return_entropy`` (default False), ``logits_dtype``
+    (default None, as fused_logprob's); a mapping with any other key is refused (see
+    :mod:`.context`).
     """
     options = read_context(context, FUSED_LOGPROBS_AT_KEYS, "fused_logprobs_at")
     token_ids = options.pop("token_ids")
@@ -63,7 +65,7 @@ def fused_logprobs_at(
     token_ids = _flat_token_ids(token_ids, flat.batch, flat.seq)
     validate_matrices(flat.hidden, flat.weight)
     validate_token_ids(token_ids, flat.hidden.shape[0], flat.vocab_size, flat.hidden.device)
-    params = LogprobParams(temperature=flat.temperature, return_entropy=params.return_entropy)
+    params = replace(params, temperature=flat.temperature)
     log_probs, entropy = LinearLogprobsAt.apply(flat.hidden, flat.weight, token_ids, params,
                                                 flat.tp_group)
     return FusedLogprobsAtOutput(log_probs=flat.as_bs(log_probs), entropy=flat.as_bs(entropy),

@@ -26,7 +26,8 @@ from .fused_logprob import FieldAccess, flatten_inputs
 
 # the output_processor_context keys this processor accepts, with their defaults
 FUSED_TOPK_KEYS = {"k": REQUIRED, "temperature": 1.0, "return_entropy": True,
-                   "ignore_index": DEFAULT_IGNORE_INDEX, "strict_labels": None}
+                   "ignore_index": DEFAULT_IGNORE_INDEX, "strict_labels": None,
+                   "logits_dtype": None}
 
 
 @dataclass
@@ -48,8 +49,9 @@ def fused_topk_logprobs(
 
     context: ``k`` (int, required, 1 <= k <= 256 and <= vocab), ``temperature`` (default
     1.0; float, or [b] / [b, s] tensor), ``return_entropy`` (default True, with labels),
-    ``ignore_index`` (default -100), ``strict_labels`` (default None: ops/label_check.py);
-    a mapping with any other key is refused (see :mod:`.context`).
+    ``ignore_index`` (default -100), ``strict_labels`` (default None: ops/label_check.py),
+    ``logits_dtype`` (default None, as fused_logprob's); a mapping with any other key is
+    refused (see :mod:`.context`).
     """
     options = read_context(context, FUSED_TOPK_KEYS, "fused_topk_logprobs")
     k = options.pop("k")

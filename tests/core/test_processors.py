@@ -100,6 +100,7 @@ ERRORS = {
     "unknown_name": ("ValueError", "known: fused_ce_loss, fused_logprob, fused_logprobs_at, "
                               "fused_topk_logprobs, logits"),
     "misspelled_context_key": ("ValueError", "'temprature' (did you mean 'temperature'?)"),
+    "bad_logits_dtype": ("TypeError", "logits_dtype must be None or torch.float32"),
 }
 
 
@@ -207,3 +208,38 @@ def test_every_builtin_takes_a_keyword_a_later_release_adds(one_rank):
         for key, value in plain.items():
             assert (value is None and extended[key] is None) or torch.equal(
                 value, extended[key]), (name, key)
+
+
+def _worst_relative(grads: dict, ref: dict, only=None) -> float:
+    assert grads.keys() == ref.keys() and ref
+    return max(((grads[k] - g).abs().max() / g.abs().max().clamp(min=1e-30)).item()
+               for k, g in ref.items() if only is None or only(k))
+
+
+@pytest.mark.parametrize("model_class", ["gpt", "hybrid"])
+def test_logits_dtype_bfloat16_reproduces_a_bf16_head(fused_runs, model_class):
+    # context {"logits_dtype": "bfloat16"} against the logits path with every logit rounded
+    # to bf16 (SP on at TP 2, untied); the rounding moves log-probs ~1000x more than the
+    # difference between the two
+    for rank in fused_runs:
+        run = rank[f"precision/{model_class}/round"]
+        fused, ref, fp32 = run["fused"], run["reference"], run["fp32"]
+        bf16_head_err = (ref["log_probs"] - fp32["log_probs"]).abs().mean().item()
+        assert (fused["log_probs"] - ref["log_probs"]).abs().mean().item() <= bf16_head_err / 100
+        assert (fused["entropy"] - ref["entropy"]).abs().max() <= TOL
+        assert _worst_relative(fused["grads"], ref["grads"]) <= TOL
+
+
+def test_an_fp32_output_weight_is_an_fp32_head(fused_runs):
+    # a bf16 model whose output layer weight is fp32: the fused path takes the mixed
+    # operands as they are (no copy) and matches the logits path on upcast hidden states
+    for rank in fused_runs:
+        run = rank["precision/fp32_head"]
+        fused, ref = run["fused"], run["reference"]
+        assert run["weight_dtype"] == torch.float32
+        assert (fused["log_probs"] - ref["log_probs"]).abs().max() <= TOL
+        assert (fused["entropy"] - ref["entropy"]).abs().max() <= TOL
+        assert _worst_relative(fused["grads"], ref["grads"],
+                               lambda name: name.startswith("output_layer")) <= TOL
+        # the layers below run in bf16: their gradients agree to bf16 rounding
+        assert _worst_relative(fused["grads"], ref["grads"]) <= 5e-2

@@ -20,20 +20,32 @@ def _inputs(seed=0):
     return hidden, weight, labels
 
 
+# the precision modes of ops/params.py: fp32 logits, logits rounded to bf16, mixed operands
+MODES = {"fp32": ({}, None), "bf16_logits": ({"logits_dtype": torch.bfloat16}, None),
+         "bf16_hidden_fp32_weight": ({}, torch.bfloat16)}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("threads", [1, 3])
-def test_same_row_same_bits_whatever_n_and_position(threads):
+def test_same_row_same_bits_whatever_n_and_position(threads, mode):
+    options, hidden_dtype = MODES[mode]
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         hidden, weight, labels = _inputs()
-        ref_lp, ref_ent = linear_logprob_entropy(hidden, weight, labels, temperature=0.7)
+        if hidden_dtype is not None:
+            hidden = hidden.to(hidden_dtype)
+        ref_lp, ref_ent = linear_logprob_entropy(hidden, weight, labels, temperature=0.7,
+                                                 **options)
         for n, start in ((1, 0), (1, 1099), (7, 3), (8, 3), (37, 500), (1029, 50)):
             sl = slice(start, start + n)
-            lp, ent = linear_logprob_entropy(hidden[sl], weight, labels[sl], temperature=0.7)
+            lp, ent = linear_logprob_entropy(hidden[sl], weight, labels[sl], temperature=0.7,
+                                             **options)
             assert torch.equal(lp, ref_lp[sl]), (n, start)
             assert torch.equal(ent, ref_ent[sl]), (n, start)
         perm = torch.randperm(N, generator=torch.Generator().manual_seed(1))
-        lp, ent = linear_logprob_entropy(hidden[perm], weight, labels[perm], temperature=0.7)
+        lp, ent = linear_logprob_entropy(hidden[perm], weight, labels[perm], temperature=0.7,
+                                         **options)
         assert torch.equal(lp, ref_lp[perm]) and torch.equal(ent, ref_ent[perm])
     finally:
         torch.set_num_threads(before)

@@ -186,7 +186,7 @@ def test_bad_options_raise(kwargs, error, text):
     (lambda h, w, y: (h[:, :-1], w, y), ValueError, "hidden size mismatch"),
     (lambda h, w, y: (h[0], w, y), ValueError, "hidden must be a 2-D"),
     (lambda h, w, y: (h.double(), w.double(), y), TypeError, "float32, bfloat16 or float16"),
-    (lambda h, w, y: (h.bfloat16(), w, y), TypeError, "must share a dtype"),
+    (lambda h, w, y: (h.bfloat16(), w.half(), y), TypeError, "or one of them be float32"),
     (lambda h, w, y: (h, w, y.float()), TypeError, "labels must be an int64"),
     (lambda h, w, y: (h, w, y[:-1]), ValueError, "labels must have shape"),
     (lambda h, w, y: (h, w, y + 16), ValueError, "labels out of range"),

@@ -113,6 +113,49 @@ def run_config(cfg: model_builder.ModelConfig, results: dict, by_callable: bool 
         if cfg.mup else None
 
 
+def bf16_head_logprob(*, hidden_states, output_layer, output_weight, labels, context,
+                      scale_logits, **_):
+    """The reference of ``logits_dtype="bfloat16"``: the logits path with every logit
+    rounded to bf16 (the gradient passing through the rounding, as through a cast)."""
+    def rounded(logits):
+        logits = scale_logits(logits)
+        return logits + (logits.bfloat16().float() - logits).detach()
+    return model_builder.logits_path_logprob(
+        hidden_states=hidden_states, output_layer=output_layer, output_weight=output_weight,
+        labels=labels, context=context, scale_logits=rounded)
+
+
+def fp32_head_logprob(*, hidden_states, **kwargs):
+    """The reference of an fp32 output weight under 16-bit hidden states: the logits path on
+    the hidden states upcast (what a framework's fp32 LM head does, with a copy)."""
+    return model_builder.logits_path_logprob(hidden_states=hidden_states.float(), **kwargs)
+
+
+def precision_cases(world: int, results: dict) -> None:
+    """The heads of issue 18 through the hook, SP on at TP > 1: ``logits_dtype="bfloat16"``
+    on an fp32 model (GPTModel and the hybrid model), and a bf16 model whose output weight
+    is fp32 (an fp32 head: mixed operands, no copy) against their references."""
+    gen = torch.Generator().manual_seed(7)
+    for model_class in ("gpt", "hybrid"):
+        cfg = model_builder.ModelConfig(tp=world, sp=world > 1, tied=False, model=model_class)
+        coeffs = (torch.randn(cfg.batch, cfg.seq, generator=gen),
+                  torch.randn(cfg.batch, cfg.seq, generator=gen))
+        model = model_builder.build_model(cfg)
+        rounding = {"temperature": TEMPERATURE, "logits_dtype": "bfloat16"}
+        results[f"precision/{model_class}/round"] = {
+            "fused": step(model, cfg, "fused_logprob", rounding, coeffs),
+            "reference": step(model, cfg, bf16_head_logprob, rounding, coeffs),
+            "fp32": step(model, cfg, "fused_logprob", {"temperature": TEMPERATURE}, coeffs)}
+    cfg = model_builder.ModelConfig(tp=world, sp=world > 1, tied=False, dtype=torch.bfloat16)
+    model = model_builder.build_model(cfg)
+    model.output_layer.weight.data = model.output_layer.weight.data.float()
+    context = {"temperature": TEMPERATURE}
+    results["precision/fp32_head"] = {
+        "fused": step(model, cfg, "fused_logprob", context, coeffs),
+        "reference": step(model, cfg, fp32_head_logprob, context, coeffs),
+        "weight_dtype": model.output_layer.weight.dtype}
+
+
 def collect_errors(cfg: model_builder.ModelConfig) -> dict:
     model = model_builder.build_model(cfg)
     input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg)
@@ -127,6 +170,7 @@ def collect_errors(cfg: model_builder.ModelConfig) -> dict:
         "label_dtype": dict(labels=labels.float(), ctx=None),
         "unknown_name": dict(labels=labels, ctx=None, processor="no_such_processor"),
         "misspelled_context_key": dict(labels=labels, ctx={"temprature": 0.7}),
+        "bad_logits_dtype": dict(labels=labels, ctx={"logits_dtype": "int8"}),
     }
     errors = {}
     for name, case in cases.items():
@@ -148,6 +192,7 @@ def worker(rank: int, world: int, port: int, out: str, by_callable: bool) -> Non
         run_config(cfg, results, by_callable)
     if not by_callable:
         results["errors"] = collect_errors(model_builder.ModelConfig(tp=world))
+        precision_cases(world, results)
     torch.save(results, os.path.join(out, f"rank{rank}.pt"))
     model_builder.shutdown()
 

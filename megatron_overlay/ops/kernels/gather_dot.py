@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import check_device, interpreting, inv_t_args, rowmajor
+from .launch import check_device, check_mode, interpreting, inv_t_args, rowmajor
 
 # ids per program and hidden columns per step ([32, 256] fp32 products: 64 registers a
 # thread at 4 warps).
@@ -47,8 +47,9 @@ def gather_dot_kernel(h_ptr, w_ptr, ids_ptr, inv_t_ptr, out_ptr, H, K, stride_h,
 
 
 def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tensor,
-              inv_temperature) -> torch.Tensor:
+              inv_temperature, *, logits_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The stage contract's logits_at on this kernel."""
+    check_mode(hidden, weight, logits_dtype)
     check_device(hidden, weight, local_ids)
     n, k = local_ids.shape
     out = torch.zeros(n, k, dtype=torch.float32, device=hidden.device)

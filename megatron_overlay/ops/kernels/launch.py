@@ -33,6 +33,18 @@ def check_device(*tensors: torch.Tensor) -> None:
                 f"importing triton to run them in Triton's interpreter")
 
 
+def check_mode(hidden: torch.Tensor, weight: torch.Tensor, logits_dtype) -> None:
+    """The kernels take operands of one dtype and keep fp32 logits; the other modes of the
+    stage contract (ops/stages.py) run on the chunked torch path for now."""
+    if logits_dtype is not None or hidden.dtype != weight.dtype:
+        what = (f"logits_dtype={logits_dtype}" if logits_dtype is not None else
+                f"hidden {hidden.dtype} with weight {weight.dtype}")
+        raise NotImplementedError(
+            f"the Triton kernels do not take {what} yet; set MEGATRON_OVERLAY_IMPL=torch to "
+            f"run the chunked torch path (on the GPU too, slower), or pass operands of one "
+            f"dtype with the default fp32 logits")
+
+
 @functools.cache
 def _multiprocessors(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count

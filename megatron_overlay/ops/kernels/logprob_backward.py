@@ -35,8 +35,9 @@ from . import autotune_configs
 from ._tiles import dot_nt, grouped_ids, load_tile
 from .autotune_configs import KernelConfig
 from .gemm_fp32 import matmul_fp32
-from .launch import (check_device, dot_precision, interpreting, inv_t_args, rowmajor,
-                     sm_count, tile_source, tma_aligned, tma_supported, upcast_dot)
+from .launch import (check_device, check_mode, dot_precision, interpreting, inv_t_args,
+                     rowmajor, sm_count, tile_source, tma_aligned, tma_supported,
+                     upcast_dot)
 from .sparse_grad import add_sparse_grad
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -124,7 +125,8 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
              config: KernelConfig | None = None, use_tma: bool | None = None,
              chunk_budget: int | None = None, d_weight_dtype: torch.dtype | None = None,
              d_hidden_dtype: torch.dtype | None = None, block_tokens: int | None = None,
-             sparse_ids: torch.Tensor | None = None, sparse_grads: torch.Tensor | None = None):
+             sparse_ids: torch.Tensor | None = None, sparse_grads: torch.Tensor | None = None,
+             logits_dtype: torch.dtype | None = None):
     """The contract's backward. Opt-in extras (defaults fp32, as the contract says):
     ``d_weight_dtype`` / ``d_hidden_dtype`` let cuBLAS write the gradients in e.g. the
     inputs' dtype, saving an fp32 copy of each and its cast.
@@ -138,6 +140,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
 
     ``sparse_ids`` / ``sparse_grads``: the contract's sparse indicator terms, added to each
     d(logits) chunk by sparse_grad.py before the GEMMs."""
+    check_mode(hidden, weight, logits_dtype)
     check_device(hidden, weight, local_labels)
     n_tokens, hidden_size = hidden.shape
     vocab = weight.shape[0]

@@ -45,8 +45,8 @@ from . import autotune_configs
 from ._online_stats import empty_stats, fold_max, label_logit, pad_tile, store_stats, work_item
 from ._tiles import dot_nt, load_tile
 from .autotune_configs import KernelConfig
-from .launch import (check_device, dot_precision, interpreting, inv_t_args, rowmajor,
-                     sm_count, tile_source, tma_supported, upcast_dot)
+from .launch import (check_device, check_mode, dot_precision, interpreting, inv_t_args,
+                     rowmajor, sm_count, tile_source, tma_supported, upcast_dot)
 from .merge_splits import merge_splits
 
 
@@ -215,8 +215,9 @@ def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int) -> tuple[
 
 def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
                inv_temperature, with_entropy: bool, k: int, *,
-               config: KernelConfig | None = None, use_tma: bool | None = None,
-               splits: int | None = None):
+               logits_dtype: torch.dtype | None = None, config: KernelConfig | None = None,
+               use_tma: bool | None = None, splits: int | None = None):
+    check_mode(hidden, weight, logits_dtype)
     check_device(hidden, weight, local_labels)
     n_tokens, hidden_size = hidden.shape
     vocab = weight.shape[0]
