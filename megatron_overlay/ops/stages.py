@@ -18,8 +18,8 @@ Shared by every stage:
       operands of one dtype or a 16-bit one with an fp32 one; round is the identity by
       default (an fp32 head) and, with the keyword ``logits_dtype`` (bfloat16 or float16),
       rounds each logit to that dtype once, as a head in it does (its gradient passes
-      through unchanged). An implementation that cannot do a mode raises
-      NotImplementedError naming what can (ops/kernels/launch.py).
+      through unchanged). Both implementations take every mode (the Triton kernels:
+      ops/kernels/_tiles.py's ``dot_nt`` and ``round_logits``).
 """
 
 from __future__ import annotations

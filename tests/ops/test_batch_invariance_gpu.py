@@ -1,5 +1,6 @@
 """Batch invariance of the Triton path on a GPU (skipped without one): a token's log-prob
-and entropy are bitwise the same whatever N and its position; TP = 2 too, with 2 GPUs."""
+and entropy are bitwise the same whatever N and its position, in each precision mode; TP = 2
+too, with 2 GPUs."""
 
 from __future__ import annotations
 
@@ -21,28 +22,30 @@ H, V = 512, 20000
 CASES = [(1, 0), (1, 2999), (7, 3), (128, 64), (129, 1000), (2000, 500)]
 
 
-def _inputs(n=3000, dtype=torch.bfloat16, seed=0, device="cuda"):
+def _inputs(n=3000, dtype=torch.bfloat16, seed=0, device="cuda", weight_dtype=None):
     g = torch.Generator().manual_seed(seed)
     hidden = torch.randn(n, H, generator=g).to(dtype).to(device)
-    weight = (torch.randn(V, H, generator=g) * (2.0 / H ** 0.5)).to(dtype).to(device)
+    weight = (torch.randn(V, H, generator=g) * (2.0 / H ** 0.5)).to(weight_dtype or dtype).to(
+        device)
     labels = torch.randint(0, V, (n,), generator=g).to(device)
     labels[::11] = -100
     return hidden, weight, labels
 
 
-def _check(hidden, weight, labels, tp_group=None):
+def _check(hidden, weight, labels, tp_group=None, logits_dtype=None):
     with torch.no_grad():
-        ref = linear_logprob_entropy(hidden, weight, labels, temperature=0.7, tp_group=tp_group)
+        ref = linear_logprob_entropy(hidden, weight, labels, temperature=0.7, tp_group=tp_group,
+                                     logits_dtype=logits_dtype)
         for n, start in CASES:
             sl = slice(start, start + n)
             got = linear_logprob_entropy(hidden[sl], weight, labels[sl], temperature=0.7,
-                                         tp_group=tp_group)
+                                         tp_group=tp_group, logits_dtype=logits_dtype)
             for a, b in zip(got, ref):
                 assert torch.equal(a, b[sl]), (n, start)
         perm = torch.randperm(len(labels), generator=torch.Generator().manual_seed(1))
         perm = perm.to(labels.device)  # the same on every TP rank
         got = linear_logprob_entropy(hidden[perm], weight, labels[perm], temperature=0.7,
-                                     tp_group=tp_group)
+                                     tp_group=tp_group, logits_dtype=logits_dtype)
         for a, b in zip(got, ref):
             assert torch.equal(a, b[perm])
 
@@ -50,6 +53,13 @@ def _check(hidden, weight, labels, tp_group=None):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_triton_same_bits_whatever_n_and_position(dtype):
     _check(*_inputs(dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype,weight_dtype,logits_dtype", [
+    (torch.bfloat16, torch.bfloat16, torch.bfloat16), (torch.float32, torch.bfloat16, None),
+    (torch.bfloat16, torch.float32, None)], ids=["bf16 logits", "fp32 hidden", "fp32 weight"])
+def test_triton_precision_modes_same_bits(dtype, weight_dtype, logits_dtype):
+    _check(*_inputs(dtype=dtype, weight_dtype=weight_dtype), logits_dtype=logits_dtype)
 
 
 def test_row_blocked_launches_keep_the_bits(monkeypatch):

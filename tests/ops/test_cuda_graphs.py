@@ -3,7 +3,7 @@
 The op forward, forward+backward, and ``fused_logprob`` inside a megatron GPTModel
 forward are captured with ``torch.cuda.graph`` and replayed: bitwise equal to eager, also
 after new data is copied into the static inputs. ``torch.cuda.set_sync_debug_mode("error")``
-proves the default forward and backward never wait for the GPU; out-of-range labels are
+proves the forward and backward never wait for the GPU, in each precision mode; out-of-range labels are
 then reported by ``check_labels()`` / the next call (ops/label_check.py).
 """
 
@@ -23,12 +23,18 @@ pytest.importorskip("triton", reason="Triton is not installed")
 from megatron_overlay.ops import check_labels, label_check, linear_logprob_entropy  # noqa: E402
 
 N, H, V = 1029, 256, 7000
+# The precision modes of the op (issue 18): (hidden dtype, weight dtype, logits_dtype)
+MODES = {"default": (torch.bfloat16, torch.bfloat16, None),
+         "bf16 logits": (torch.bfloat16, torch.bfloat16, torch.bfloat16),
+         "fp32 hidden": (torch.float32, torch.bfloat16, None),
+         "fp32 weight": (torch.bfloat16, torch.float32, None)}
 
 
-def _inputs(seed=0, dtype=torch.bfloat16, n=N):
+def _inputs(seed=0, dtype=torch.bfloat16, n=N, weight_dtype=None):
     g = torch.Generator(device="cuda").manual_seed(seed)
     hidden = torch.randn(n, H, device="cuda", generator=g).to(dtype)
-    weight = (torch.randn(V, H, device="cuda", generator=g) * (2.0 / H ** 0.5)).to(dtype)
+    weight = (torch.randn(V, H, device="cuda", generator=g) * (2.0 / H ** 0.5)).to(
+        weight_dtype or dtype)
     labels = torch.randint(0, V, (n,), device="cuda", generator=g)
     labels[::9] = -100
     return hidden, weight, labels
@@ -48,9 +54,9 @@ def _capture(fn, warmup=3):
     return graph, out
 
 
-def _eager_fb(hidden, weight, labels):
+def _eager_fb(hidden, weight, labels, logits_dtype=None):
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-    lp, ent = linear_logprob_entropy(h, w, labels, temperature=0.7)
+    lp, ent = linear_logprob_entropy(h, w, labels, temperature=0.7, logits_dtype=logits_dtype)
     (lp.sum() * 0.5 + ent.sum() * 0.25).backward()
     return lp.detach(), ent.detach(), h.grad, w.grad
 
@@ -68,34 +74,40 @@ def test_forward_capture_replays_bitwise():
             assert torch.equal(lp, ref_lp) and torch.equal(ent, ref_ent)
 
 
-def test_forward_backward_capture_replays_bitwise():
-    hidden, weight, labels = _inputs()
+@pytest.mark.parametrize("mode", MODES)
+def test_forward_backward_capture_replays_bitwise(mode):
+    dtype, weight_dtype, logits_dtype = MODES[mode]
+    hidden, weight, labels = _inputs(dtype=dtype, weight_dtype=weight_dtype)
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
 
     def step():
         h.grad = w.grad = None
-        lp, ent = linear_logprob_entropy(h, w, labels, temperature=0.7)
+        lp, ent = linear_logprob_entropy(h, w, labels, temperature=0.7,
+                                         logits_dtype=logits_dtype)
         (lp.sum() * 0.5 + ent.sum() * 0.25).backward()
         return lp.detach(), ent.detach(), h.grad, w.grad
 
     graph, outs = _capture(step)
     for seed in (0, 2):
-        new_h, new_w, new_y = _inputs(seed)
+        new_h, new_w, new_y = _inputs(seed, dtype=dtype, weight_dtype=weight_dtype)
         with torch.no_grad():
             h.copy_(new_h), w.copy_(new_w), labels.copy_(new_y)
         graph.replay()
-        for got, ref in zip(outs, _eager_fb(new_h, new_w, new_y)):
+        for got, ref in zip(outs, _eager_fb(new_h, new_w, new_y, logits_dtype)):
             assert torch.equal(got, ref)
 
 
-def test_no_host_sync_in_forward_and_backward():
-    hidden, weight, labels = _inputs()
-    _eager_fb(hidden, weight, labels)  # compile first: Triton's first launch may sync
+@pytest.mark.parametrize("mode", MODES)
+def test_no_host_sync_in_forward_and_backward(mode):
+    dtype, weight_dtype, logits_dtype = MODES[mode]
+    hidden, weight, labels = _inputs(dtype=dtype, weight_dtype=weight_dtype)
+    _eager_fb(hidden, weight, labels, logits_dtype)  # compile first: Triton's first launch may sync
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        lp, ent = linear_logprob_entropy(h, w, labels, temperature=0.7)
+        lp, ent = linear_logprob_entropy(h, w, labels, temperature=0.7,
+                                         logits_dtype=logits_dtype)
         (lp.sum() * 0.5 + ent.sum() * 0.25).backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")

@@ -9,7 +9,9 @@ that on flat and peaked logits, T = 1 and 0.7, with labels sampled from the soft
 rollout tokens are (errors against an fp64 head; "mult. error" = mean |exp(lp - lp_ref) - 1|,
 the figure NeMo-RL logs between engines). CPU: the chunked torch path at a small size. GPU
 (skipped without one): the Triton kernels at the output layer of a 7B model, against the
-TF32 head (the one NeMo-RL ships as numerically identical to fp32) and the fp32 head.
+TF32 head (the one NeMo-RL ships as numerically identical to fp32) and the fp32 head; and
+the Triton kernels in each mode (rounded logits, fp32 hidden states or weight) against
+fp64, gradients and the distillation ops among them.
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ def _straight_through(hidden, weight, labels, t, logits_dtype):
     rounded logits, the gradient passing through the rounding as through a cast."""
     h, w = hidden.double().requires_grad_(), weight.double().requires_grad_()
     z = h @ w.T
-    z = z + (z.float().to(logits_dtype).double() - z).detach()
+    if logits_dtype is not None:
+        z = z + (z.float().to(logits_dtype).double() - z).detach()
     logp = torch.log_softmax(z / t, -1)
     return h, w, logp.gather(1, labels[:, None])[:, 0], -(logp.exp() * logp).sum(-1)
 
@@ -164,31 +167,82 @@ def test_other_dtype_pairs_and_logits_dtypes_are_refused():
         linear_topk_logprobs(hidden, weight.bfloat16(), 2, logits_dtype="fp8")
 
 
-def test_the_triton_stages_name_the_modes_they_do_not_take_yet():
-    pytest.importorskip("triton", reason="Triton is not installed")
-    from megatron_overlay.ops.kernels import triton_impl, triton_topk
-    hidden, weight = torch.randn(4, 8), torch.randn(16, 8).bfloat16()
-    labels = torch.zeros(4, dtype=torch.int64)
-    calls = [lambda: triton_impl.forward_stats(hidden, weight, labels, 1.0, True),
-             lambda: triton_impl.forward_stats(hidden.bfloat16(), weight, labels, 1.0, True,
-                                               logits_dtype=torch.bfloat16),
-             lambda: triton_impl.logits_at(hidden, weight, labels[:, None], 1.0),
-             lambda: triton_topk.topk_stats(hidden, weight, labels, 1.0, True, 2)]
-    for call in calls:
-        with pytest.raises(NotImplementedError, match="MEGATRON_OVERLAY_IMPL=torch"):
-            call()
+def _fp32_operand(t, seed):
+    """An fp32 tensor near ``t`` that is not bf16-exact (an fp32 residual stream or head
+    weight), so that the kernels' split into hi + lo is exercised."""
+    g = torch.Generator(device=t.device).manual_seed(seed)
+    return t.float() * (1 + 2 ** -9 * torch.randn(t.shape, device=t.device, generator=g))
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (Triton kernels)")
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_the_new_modes_run_on_the_gpu_through_the_torch_path(monkeypatch):
-    # what the Triton stages' NotImplementedError points to, until they take the modes
-    from megatron_overlay.ops.stages import IMPL_ENV
-    monkeypatch.setenv(IMPL_ENV, "torch")
-    hidden, weight, labels, ref64 = _case(512, 1024, 32768, "peaked", 1.0, "cuda")
-    bf16_head = _head(hidden, weight, labels, 1.0, torch.bfloat16)
-    rounded = linear_logprob_entropy(hidden, weight, labels, logits_dtype="bfloat16")[0]
+@gpu
+@pytest.mark.parametrize("logits,t", CASES)
+def test_triton_logits_dtype_bfloat16_reproduces_the_bf16_head(logits, t):
+    hidden, weight, labels, ref64 = _case(2048, 4096, 151936, logits, t, "cuda")
+    bf16_head = _head(hidden, weight, labels, t, torch.bfloat16)
+    ours = linear_logprob_entropy(hidden, weight, labels, temperature=t,
+                                  logits_dtype=torch.bfloat16)[0].double()
     bf16_err = (bf16_head - ref64).abs().mean().item()
-    assert (rounded.double() - bf16_head).abs().mean().item() <= bf16_err / 10
-    mixed = linear_logprob_entropy(hidden, weight.float(), labels)[0]
-    assert (mixed.double() - ref64).abs().mean().item() <= 5e-5
+    gap = (ours - bf16_head).abs().mean().item()
+    print(f"{logits} T={t}: |ours - bf16 head| {gap:.2e}, bf16 head's error {bf16_err:.2e}")
+    assert gap <= bf16_err / 10
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("operand", ["hidden", "weight"])
+@pytest.mark.parametrize("logits,t", CASES)
+def test_triton_mixed_operands_are_an_fp32_head(operand, logits, t):
+    hidden, weight, labels, _ = _case(2048, 4096, 151936, logits, t, "cuda")
+    if operand == "hidden":
+        hidden = _fp32_operand(hidden, 1)
+    else:
+        weight = _fp32_operand(weight, 2)
+    ref64 = torch.log_softmax(hidden.double() @ weight.double().T / t, -1).gather(
+        1, labels[:, None])[:, 0]
+    ours = linear_logprob_entropy(hidden, weight, labels, temperature=t)[0]
+    err = (ours.double() - ref64).abs().mean().item()
+    # the cast to one dtype that the modes replace: the fp32 operand rounded to bf16
+    cast = linear_logprob_entropy(hidden.bfloat16(), weight.bfloat16(), labels,
+                                  temperature=t)[0]
+    cast_err = (cast.double() - ref64).abs().mean().item()
+    print(f"fp32 {operand}, {logits} T={t}: ours {err:.2e}, a bf16 cast {cast_err:.2e}")
+    assert err <= 5e-5 and err <= cast_err / 10
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("mode", ["bfloat16", "float16", "fp32 hidden", "fp32 weight"])
+def test_triton_modes_gradients_and_distillation_ops(mode):
+    # fp64 references (straight-through the rounding); a 16-bit gradient is rounded once
+    hidden, weight, labels, _ = _case(1024, 1024, 32768, "peaked", 0.7, "cuda")
+    logits_dtype = getattr(torch, mode, None)
+    if mode == "fp32 hidden":
+        hidden = _fp32_operand(hidden, 3)
+    elif mode == "fp32 weight":
+        weight = _fp32_operand(weight, 4)
+    h64, w64, lp64, ent64 = _straight_through(hidden, weight, labels, 0.7, logits_dtype)
+    (lp64.sum() * 0.3 + ent64.sum() * 0.7).backward()
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    lp, ent = linear_logprob_entropy(h, w, labels, temperature=0.7, logits_dtype=logits_dtype)
+    (lp.sum() * 0.3 + ent.sum() * 0.7).backward()
+    assert (lp.double() - lp64).abs().mean().item() <= 5e-5
+    assert (ent.double() - ent64).abs().mean().item() <= 5e-5
+    assert h.grad.dtype == hidden.dtype and w.grad.dtype == weight.dtype
+    for got, ref in ((h.grad, h64.grad), (w.grad, w64.grad)):
+        # d(logits) is rounded to the 16-bit dtype before the gradient GEMMs, as bf16 ops' is
+        assert ((got.double() - ref).abs().max() / ref.abs().max()).item() < 2e-2
+        assert ((got.double() - ref).norm() / ref.norm()).item() < 4e-3
+    z64 = h64.detach() @ w64.detach().T  # T = 1
+    if logits_dtype is not None:
+        z64 = z64.float().to(logits_dtype).double()
+    logp = torch.log_softmax(z64, -1)
+    top = linear_topk_logprobs(hidden, weight, 8, logits_dtype=logits_dtype)
+    values = logp.gather(1, top.topk_ids)
+    assert (top.topk_log_probs.double() - values).abs().max().item() <= 2e-4
+    assert (values.min(1).values >= logp.topk(8).values[:, -1] - 1e-4).all()
+    at, _ = linear_logprobs_at(hidden, weight, top.topk_ids, logits_dtype=logits_dtype)
+    assert (at.double() - values).abs().max().item() <= 2e-4

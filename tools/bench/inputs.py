@@ -63,6 +63,13 @@ def sampled_labels(h, w, temperature, generator, rows=2048):
         for i in range(0, h.shape[0], rows)])
 
 
+def fp32_copy(t, seed):
+    """An fp32 tensor near bf16 ``t`` that is not bf16-exact (an fp32 residual stream or
+    head weight): t * (1 + 2^-9 e), e ~ N(0, 1)."""
+    g = torch.Generator(device=t.device).manual_seed(seed)
+    return t.float() * (1 + 2 ** -9 * torch.randn(t.shape, device=t.device, generator=g))
+
+
 def distill_inputs(n, h, v, k, seed, device="cuda"):
     """(hidden [n, h], weight [v, h], ids [n, k]) bf16 of the distillation benchmark: logits
     of std ~4 (before T), a peaked softmax as a teacher's."""

@@ -14,7 +14,7 @@ import torch
 from megatron_overlay.ops.batch_invariance import ENV as INVARIANCE_ENV
 from megatron_overlay.utils.memory import PeakMemory
 
-from .inputs import TEMPERATURE
+from .inputs import TEMPERATURE, fp32_copy
 
 GiB = float(1 << 30)
 
@@ -50,6 +50,11 @@ class Method:
     outputs = "logprob+entropy"
     phases = ("fwd", "fb")  # the phases op times
     temperature = TEMPERATURE  # op --temperature sets it on each method it builds
+    checked = True  # op compares its outputs with the fp64 reference of the bf16 inputs
+
+    def grad_gib(self, n, hdim, v) -> float:
+        """The two gradients every fb returns (excluded from fb_extra_gib): bf16."""
+        return (n + v) * hdim * 2 / GiB
 
     def fwd(self, h, w, y):
         raise NotImplementedError
@@ -143,6 +148,44 @@ class Ours(Method):
             return super().fb(h, w, y, a, b)
 
 
+class OursMode(Ours):
+    """ours in a precision mode (issue 18): ``logits_dtype`` (each logit rounded), or
+    ``fp32`` = "hidden" / "weight": that operand as an fp32 tensor that is not bf16-exact
+    (inputs.fp32_copy of the bf16 input, made once per input outside the timing). The
+    fp32-operand rows are timed only (their inputs are not the reference's);
+    tests/ops/test_head_precision.py checks their accuracy against fp64."""
+
+    def __init__(self, name, logits_dtype=None, fp32=None):
+        super().__init__(name=name)
+        self.logits_dtype, self.fp32, self.checked = logits_dtype, fp32, fp32 is None
+        self.copies = {}
+
+    def _operands(self, h, w):
+        t = h if self.fp32 == "hidden" else w
+        if self.fp32 is None or t.dtype == torch.float32:  # fb's fwd gets the copy itself
+            return h, w
+        key = (t.data_ptr(), tuple(t.shape))
+        if key not in self.copies:
+            self.copies[key] = fp32_copy(t, seed=len(self.copies))
+        return (self.copies[key], w) if self.fp32 == "hidden" else (h, self.copies[key])
+
+    def grad_gib(self, n, hdim, v) -> float:
+        extra = {"hidden": n, "weight": v}.get(self.fp32, 0) * hdim * 2 / GiB
+        return super().grad_gib(n, hdim, v) + extra
+
+    def fwd(self, h, w, y):
+        h, w = self._operands(h, w)
+        with self._configured():
+            return self.op(h, w, y, temperature=self.temperature, logits_dtype=self.logits_dtype)
+
+    def fb(self, h, w, y, a, b):
+        h, w = self._operands(h, w)
+        return super().fb(h, w, y, a, b)
+
+
 BUILTIN = {"gemm": Gemm, "materialized": Materialized, "ours": Ours, "fp32_head": Fp32Head,
            "tf32_head": Tf32Head,
-           "ours_var": lambda: Ours(name="ours_var", invariant=False, phases=("fwd",))}
+           "ours_var": lambda: Ours(name="ours_var", invariant=False, phases=("fwd",)),
+           "ours_bf16_logits": lambda: OursMode("ours_bf16_logits", logits_dtype=torch.bfloat16),
+           "ours_fp32_hidden": lambda: OursMode("ours_fp32_hidden", fp32="hidden"),
+           "ours_fp32_weight": lambda: OursMode("ours_fp32_weight", fp32="weight")}

@@ -35,7 +35,7 @@ from .timing import timing_options
 from .clocks import ClockSampler
 from .inputs import (ACC_ROWS, LABELS, LOGITS, SHAPES, TEMPERATURE, fp64_reference,
                      loss_coeffs, make_inputs, max_err, op_phases, shape)
-from .methods import BUILTIN, GiB, Ours, peak_extra_gib
+from .methods import BUILTIN, Ours, peak_extra_gib
 from .peers import PEERS
 
 METHODS = {**BUILTIN, **PEERS}
@@ -97,7 +97,6 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
     objs = _build(methods, log, args.temperature)
     rows = {m: {"N": n, "H": hdim, "V": v, "method": m, "outputs": o.outputs}
             for m, o in objs.items()}
-    grads_gib = (n * hdim + v * hdim) * 2 / GiB
     for phase, inputs, ctx in op_phases(sets, w, a, b):
         if phase not in args.phases:
             continue
@@ -122,8 +121,8 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
                 with ctx():
                     peak = rows[m][f"{phase}_peak_gib"] = peak_extra_gib(live[m], inputs[0])
                     if phase == "fb" and peak is not None:
-                        rows[m]["fb_extra_gib"] = max(peak - grads_gib, 0.0)
-                    if phase == "fwd":
+                        rows[m]["fb_extra_gib"] = max(peak - objs[m].grad_gib(n, hdim, v), 0.0)
+                    if phase == "fwd" and objs[m].checked:
                         out = objs[m].fwd(*inputs[0])
                         lp, ent = out if isinstance(out, tuple) else (None, None)
                         rows[m]["lp_err"], rows[m]["ent_err"] = (max_err(lp, ref_lp),
@@ -199,6 +198,8 @@ def add_arguments(p):
                                           "burst_fixed_order,graph")
     p.add_argument("--host-profile", default="", help="N,H,V: host-side ops of one call of ours")
     p.add_argument("--sweep", default="", help="N,H,V: time ours' kernel config candidates")
+    p.add_argument("--sweep-operands", default="bf16", choices=sweep.OPERANDS,
+                   help="the sweep's operands: bf16, or one fp32 (the mixed candidates)")
 
 
 def main(args, argv) -> int:
@@ -234,7 +235,8 @@ def main(args, argv) -> int:
             run.write("host_profile.json", profiling.host_profile(*shape(args.host_profile), log))
             return 0
         if args.sweep:
-            run.write("sweep.json", {"meta": meta, **sweep.sweep(shape(args.sweep), log)})
+            run.write(f"sweep_{args.sweep_operands}.json",
+                      {"meta": meta, **sweep.sweep(shape(args.sweep), log, args.sweep_operands)})
             return 0
         skip = {s for s in args.skip.split(",") if s}
         rows, extra = [], {}

@@ -9,7 +9,8 @@ from dataclasses import asdict
 
 import torch
 
-from .inputs import ACC_ROWS, TEMPERATURE, fp64_reference, loss_coeffs, make_inputs, max_err
+from .inputs import (ACC_ROWS, TEMPERATURE, fp32_copy, fp64_reference, loss_coeffs,
+                     make_inputs, max_err)
 from .timing import interleaved
 
 
@@ -19,20 +20,35 @@ def cuda_time(fn, inputs, warmup: int, repeats: int) -> float:
                        warmup_calls=warmup)["fn"].median_ms
 
 
-def sweep(shape, log):
-    """Each candidate kernel config at one shape: forward stats and backward, timed and checked."""
+OPERANDS = ("bf16", "fp32_hidden", "fp32_weight")
+
+
+def sweep(shape, log, operands="bf16"):
+    """Each candidate kernel config at one shape: forward stats and backward, timed and
+    checked. ``operands``: bf16, or one of them fp32 (inputs.fp32_copy; the mixed
+    candidates, autotune_configs.MIXED_CANDIDATES); the GEMM floors stay bf16's."""
     from megatron_overlay.ops.kernels import autotune_configs as ac
     from megatron_overlay.ops.kernels import triton_impl as ti
     from megatron_overlay.ops.linear_logprobs_at import entropy_from_stats
     n, hdim, v = shape
     sets, w = make_inputs(n, hdim, v, seed=5)
     inv_t = 1.0 / TEMPERATURE
+    gemm_ms = cuda_time(lambda h, w_: torch.matmul(h, w_.T), [(h, w) for h, _ in sets], 2, 5)
+    grad = torch.randn(n, v, device=w.device, dtype=w.dtype)
+    # G @ W and G.T @ h have equal FLOPs: twice the median of the two, alternated
+    bwd_gemms_ms = cuda_time(torch.matmul, [(grad, w), (grad.T, sets[0][0])], 1, 6) * 2
+    grad = None
+    if operands == "fp32_hidden":
+        sets = [(fp32_copy(h, i), y) for i, (h, y) in enumerate(sets)]
+    elif operands == "fp32_weight":
+        w = fp32_copy(w, 0)
     lsets = [(h, torch.where(y % 7 == 0, -1, y)) for h, y in sets]
     ref_lp, ref_ent = fp64_reference(sets[0][0], w, sets[0][1], ACC_ROWS)
-    gemm_ms = cuda_time(lambda h, w_: torch.matmul(h, w_.T), [(h, w) for h, _ in sets], 2, 5)
-    log(f"sweep N={n} H={hdim} V={v}: gemm {gemm_ms:.2f} ms")
-    results = {"shape": [n, hdim, v], "gemm_ms": gemm_ms, "forward": [], "backward": []}
-    for cfg in ac.FORWARD_CANDIDATES:
+    log(f"sweep N={n} H={hdim} V={v} {operands}: gemm {gemm_ms:.2f} ms")
+    results = {"shape": [n, hdim, v], "operands": operands, "gemm_ms": gemm_ms,
+               "forward": [], "backward": []}
+    mixed = operands != "bf16"
+    for cfg in ac.MIXED_CANDIDATES if mixed else ac.FORWARD_CANDIDATES:
         rec = {"config": cfg.name(), **asdict(cfg)}
         try:
             t0 = time.time()
@@ -53,12 +69,9 @@ def sweep(shape, log):
     lse, mean_z, _ = entropy_from_stats(ti.forward_stats(h, w, y, inv_t, True))
     g_lp, g_ent = loss_coeffs(n, w.device)
     base_dh, base_dw = ti.backward(h, w, y, inv_t, lse, mean_z, g_lp, g_ent)
-    grad = torch.randn(n, v, device=w.device, dtype=w.dtype)
-    # G @ W and G.T @ h have equal FLOPs: twice the median of the two, alternated
-    results["bwd_gemms_ms"] = cuda_time(torch.matmul, [(grad, w), (grad.T, h)], 1, 6) * 2
-    grad = None
+    results["bwd_gemms_ms"] = bwd_gemms_ms
     log(f"  two backward GEMMs (cuBLAS, bf16 out): {results['bwd_gemms_ms']:.2f} ms")
-    for cfg in ac.BACKWARD_CANDIDATES:
+    for cfg in ac.MIXED_CANDIDATES if mixed else ac.BACKWARD_CANDIDATES:
         rec = {"config": cfg.name(), **asdict(cfg)}
         try:
             dh, dw = ti.backward(h, w, y, inv_t, lse, mean_z, g_lp, g_ent, config=cfg)

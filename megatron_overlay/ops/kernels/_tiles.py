@@ -1,7 +1,14 @@
 """Tile helpers shared by the forward and backward kernels."""
 
+import os
+
 import triton
 import triton.language as tl
+
+# Triton's interpreter converts fp32 to bf16 toward zero (Triton 3.7, ``cast_impl``), where
+# the GPU's cvt.rn rounds to nearest even, as cuBLAS does; there (only) ``to_16bit`` rounds
+# by hand. Read when the kernels are defined, as launch.interpreting() is.
+_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 
 
 @triton.jit
@@ -39,10 +46,61 @@ def load_tile(src, row0, col0, n_rows, n_cols, stride,
 
 
 @triton.jit
-def dot_nt(a, b, acc, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """acc + a @ b.T. ``UPCAST``: widen the operands to fp32 first (exact), for Triton's
-    interpreter, whose bf16 dot returns garbage (Triton 3.7)."""
+def _dot(a, b, acc, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     if UPCAST:
         a = a.to(tl.float32)
         b = b.to(tl.float32)
     return tl.dot(a, b.T, acc, input_precision=DOT_PRECISION)
+
+
+@triton.jit
+def to_16bit(x, dtype: tl.constexpr):
+    """fp32 ``x`` rounded to nearest even in the 16-bit ``dtype``."""
+    if _INTERPRETED:
+        if dtype == tl.bfloat16:  # RNE on the bits, then an exact conversion
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+            x = bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)
+
+
+@triton.jit
+def split_hi_lo(x, dtype: tl.constexpr):
+    """fp32 ``x`` as hi + lo, both in the 16-bit ``dtype``: hi = x rounded, lo = the rest
+    rounded (exact in fp32 before that rounding). bf16: 16 of fp32's 24 significant bits,
+    a relative residual under 2^-16 (fp16: 22 bits, 2^-22, within its exponent range)."""
+    hi = to_16bit(x, dtype)
+    lo = to_16bit(x - hi.to(tl.float32), dtype)
+    return hi, lo
+
+
+@triton.jit
+def dot_nt(a, b, acc, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """acc + a @ b.T, fp32 accumulation. ``UPCAST``: widen 16-bit operands to fp32 first
+    (exact), for Triton's interpreter, whose bf16 dot returns garbage (Triton 3.7).
+
+    Mixed operands (one fp32, one 16-bit; a compile-time branch on the tiles' dtypes): the
+    fp32 tile is split in registers into hi + lo of the other's dtype and multiplied in two
+    16-bit MMAs over the same loaded tiles, lo first: an fp32 product without an fp32
+    (or converted) copy of either operand, at twice the MMA work of one dtype."""
+    if a.dtype == tl.float32 and b.dtype != tl.float32:
+        hi, lo = split_hi_lo(a, b.dtype)
+        acc = _dot(lo, b, acc, DOT_PRECISION, UPCAST)
+        acc = _dot(hi, b, acc, DOT_PRECISION, UPCAST)
+    elif b.dtype == tl.float32 and a.dtype != tl.float32:
+        hi, lo = split_hi_lo(b, a.dtype)
+        acc = _dot(a, lo, acc, DOT_PRECISION, UPCAST)
+        acc = _dot(a, hi, acc, DOT_PRECISION, UPCAST)
+    else:
+        acc = _dot(a, b, acc, DOT_PRECISION, UPCAST)
+    return acc
+
+
+@triton.jit
+def round_logits(acc, LOGITS_DTYPE: tl.constexpr):
+    """The fp32 logits tile as a head in ``LOGITS_DTYPE`` gives it (each logit rounded to
+    nearest even once, as cuBLAS writes a 16-bit GEMM's output), back in fp32; None: as
+    it is (an fp32 head)."""
+    if LOGITS_DTYPE is not None:
+        acc = to_16bit(acc, LOGITS_DTYPE).to(tl.float32)
+    return acc

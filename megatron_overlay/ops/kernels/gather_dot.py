@@ -4,8 +4,11 @@ The stage contract's ``logits_at`` (ops/stages.py): z [N, K] fp32 = (hidden @ we
 * inv_t[n], 0 where the id is -1 (another vocab shard). One program owns one token row and
 BLOCK_I of its ids: it walks the hidden size in BLOCK_H chunks, loading the row's chunk once
 and the ids' weight-row chunks in the input dtype, and accumulates the products in fp32.
-The weight rows are read once per (token, id) in 16 bits, where the torch path gathers
-them into an fp32 copy first (three times the bytes, and a bmm over it).
+The weight rows are read once per (token, id) in their dtype, where the torch path gathers
+them into an fp32 copy first (three times the bytes of 16-bit rows, and a bmm over it).
+Both operands are widened to fp32 on load, so any pair of dtypes the ops take (one dtype,
+or one 16-bit and one fp32) gives fp32 products; ``LOGITS_DTYPE`` rounds each sum as the
+other stages do (``_tiles.round_logits``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import check_device, check_mode, interpreting, inv_t_args, rowmajor
+from ._tiles import round_logits
+from .launch import check_device, interpreting, inv_t_args, logits_rounding, rowmajor
 
 # ids per program and hidden columns per step ([32, 256] fp32 products: 64 registers a
 # thread at 4 warps).
@@ -25,7 +29,7 @@ GATHER_BLOCK_H = 256
 @triton.jit
 def gather_dot_kernel(h_ptr, w_ptr, ids_ptr, inv_t_ptr, out_ptr, H, K, stride_h, stride_w,
                       inv_t, ROW_INV_T: tl.constexpr, BLOCK_I: tl.constexpr,
-                      BLOCK_H: tl.constexpr):
+                      BLOCK_H: tl.constexpr, LOGITS_DTYPE: tl.constexpr):
     row = tl.program_id(0)
     j = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
     valid = j < K
@@ -41,6 +45,7 @@ def gather_dot_kernel(h_ptr, w_ptr, ids_ptr, inv_t_ptr, out_ptr, H, K, stride_h,
         w = tl.load(w_rows + cols[None, :], mask=here[:, None] & in_h[None, :],
                     other=0.0).to(tl.float32)
         acc += tl.sum(w * h[None, :], axis=1)
+    acc = round_logits(acc, LOGITS_DTYPE)
     if ROW_INV_T:
         inv_t = tl.load(inv_t_ptr + row)
     tl.store(out_ptr + row.to(tl.int64) * K + j, tl.where(here, acc * inv_t, 0.0), mask=valid)
@@ -49,8 +54,8 @@ def gather_dot_kernel(h_ptr, w_ptr, ids_ptr, inv_t_ptr, out_ptr, H, K, stride_h,
 def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tensor,
               inv_temperature, *, logits_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The stage contract's logits_at on this kernel."""
-    check_mode(hidden, weight, logits_dtype)
     check_device(hidden, weight, local_ids)
+    rounding = logits_rounding(logits_dtype)
     n, k = local_ids.shape
     out = torch.zeros(n, k, dtype=torch.float32, device=hidden.device)
     if n == 0 or k == 0:
@@ -63,5 +68,6 @@ def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tenso
     gather_dot_kernel[grid](hidden, weight, ids, out if inv_t_rows is None else inv_t_rows, out,
                             hidden.shape[1], k, hidden.stride(0), weight.stride(0), inv_t,
                             ROW_INV_T=inv_t_rows is not None, BLOCK_I=block_i,
-                            BLOCK_H=16 if interpreting() else GATHER_BLOCK_H, num_warps=4)
+                            BLOCK_H=16 if interpreting() else GATHER_BLOCK_H,
+                            LOGITS_DTYPE=rounding, num_warps=4)
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 import torch
+import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from . import autotune_configs
@@ -33,16 +34,23 @@ def check_device(*tensors: torch.Tensor) -> None:
                 f"importing triton to run them in Triton's interpreter")
 
 
-def check_mode(hidden: torch.Tensor, weight: torch.Tensor, logits_dtype) -> None:
-    """The kernels take operands of one dtype and keep fp32 logits; the other modes of the
-    stage contract (ops/stages.py) run on the chunked torch path for now."""
-    if logits_dtype is not None or hidden.dtype != weight.dtype:
-        what = (f"logits_dtype={logits_dtype}" if logits_dtype is not None else
-                f"hidden {hidden.dtype} with weight {weight.dtype}")
-        raise NotImplementedError(
-            f"the Triton kernels do not take {what} yet; set MEGATRON_OVERLAY_IMPL=torch to "
-            f"run the chunked torch path (on the GPU too, slower), or pass operands of one "
-            f"dtype with the default fp32 logits")
+def mma_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
+    """The dtype the tensor cores multiply in: the operands' one, or for mixed operands
+    (one fp32, one 16-bit) the 16-bit one, into which the kernels split the fp32 tiles
+    (``_tiles.dot_nt``). The backward's d(logits) buffer is in it too."""
+    return weight.dtype if hidden.dtype == torch.float32 else hidden.dtype
+
+
+_LOGITS_TL_DTYPES = {None: None, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+
+
+def logits_rounding(logits_dtype):
+    """The kernels' ``LOGITS_DTYPE`` constexpr (``_tiles.round_logits``) for the stage
+    contract's ``logits_dtype``: None (fp32 logits), bfloat16 or float16."""
+    if logits_dtype not in _LOGITS_TL_DTYPES:
+        raise TypeError(f"logits_dtype must be None, torch.bfloat16 or torch.float16 (the "
+                        f"ops resolve names: ops/params.py), got {logits_dtype!r}")
+    return _LOGITS_TL_DTYPES[logits_dtype]
 
 
 @functools.cache
@@ -82,6 +90,7 @@ def tile_source(t: torch.Tensor, block: list[int], tma: bool):
 
 
 def dot_precision(dtype: torch.dtype) -> str:
+    """For the tensor cores' ``dtype`` (``mma_dtype``)."""
     # fp32 inputs: 3xTF32 keeps fp32-level accuracy on the tensor cores; "ieee" would run
     # on the FMA units at a tenth of the speed. 16-bit inputs ignore the setting.
     if interpreting():

@@ -32,11 +32,11 @@ import triton
 import triton.language as tl
 
 from . import autotune_configs
-from ._tiles import dot_nt, grouped_ids, load_tile
+from ._tiles import dot_nt, grouped_ids, load_tile, round_logits
 from .autotune_configs import KernelConfig
 from .gemm_fp32 import matmul_fp32
-from .launch import (check_device, check_mode, dot_precision, interpreting, inv_t_args,
-                     rowmajor, sm_count, tile_source, tma_aligned, tma_supported,
+from .launch import (check_device, dot_precision, interpreting, inv_t_args, logits_rounding,
+                     mma_dtype, rowmajor, sm_count, tile_source, tma_aligned, tma_supported,
                      upcast_dot)
 from .sparse_grad import add_sparse_grad
 
@@ -70,10 +70,12 @@ def grad_logits_kernel(
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_ENTROPY: tl.constexpr, HAS_SCALE: tl.constexpr, USE_TMA: tl.constexpr,
     FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
-    ROW_INV_T: tl.constexpr,
+    ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr,
 ):
     """``labels_ptr`` holds labels relative to this vocab chunk (-1 or out of range: none).
-    ``ROW_INV_T``: per-row inverse temperatures at ``inv_t_ptr`` [N], else the scalar."""
+    ``ROW_INV_T``: per-row inverse temperatures at ``inv_t_ptr`` [N], else the scalar.
+    ``LOGITS_DTYPE``: the recomputed tile rounded as the forward's was (the gradient
+    passes through the rounding); mixed operands as the forward's (``_tiles.dot_nt``)."""
     pid = tl.program_id(0)
     num_m = tl.cdiv(N, BLOCK_M)
     num_v = tl.cdiv(V, BLOCK_V)
@@ -101,7 +103,7 @@ def grad_logits_kernel(
         pid_m, pid_v = grouped_ids(tile_c, num_m, num_v, group_m)
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
-        grad = _grad_tile(acc, rows, cols, N, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr,
+        grad = _grad_tile(round_logits(acc, LOGITS_DTYPE), rows, cols, N, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr,
                           g_ent_ptr, inv_t, inv_t_ptr, scale, HAS_ENTROPY,
                           ROW_INV_T).to(out_dtype)
         if USE_TMA:  # the copy engine clips the out-of-bounds part of the box
@@ -113,8 +115,21 @@ def grad_logits_kernel(
 
 # ----------------------------------------------------------------------------- launch
 
-def _vocab_chunk(n_tokens: int, vocab: int, elem: int, block_v: int, budget: int) -> int:
-    chunks = max(1, math.ceil(n_tokens * vocab * elem / budget))
+def split_hi_lo(x: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lo, hi) of fp32 ``x`` in ``out``'s 16-bit dtype (``out``: [2, *x.shape]), as
+    ``_tiles.split_hi_lo`` makes them: hi = x rounded, lo = (x - hi) rounded (the
+    difference is exact in fp32; no fp32 temporary). lo first: the order in which they
+    are accumulated."""
+    hi, lo = out[0], out[1]
+    hi.copy_(x)
+    torch.sub(x, hi, out=lo)
+    return lo, hi
+
+
+def _vocab_chunk(vocab: int, column_bytes: int, block_v: int, budget: int) -> int:
+    """Vocab columns per chunk: as wide as ``budget`` allows at ``column_bytes`` a column,
+    in equal chunks of whole tiles."""
+    chunks = max(1, math.ceil(vocab * column_bytes / budget))
     width = triton.cdiv(triton.cdiv(vocab, chunks), block_v) * block_v
     return min(width, triton.cdiv(vocab, block_v) * block_v)
 
@@ -139,9 +154,14 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     d(logits) chunk's bytes (tests), default what the budget leaves.
 
     ``sparse_ids`` / ``sparse_grads``: the contract's sparse indicator terms, added to each
-    d(logits) chunk by sparse_grad.py before the GEMMs."""
-    check_mode(hidden, weight, logits_dtype)
+    d(logits) chunk by sparse_grad.py before the GEMMs.
+
+    Mixed operands (one fp32, one 16-bit): d(logits) is kept in the 16-bit dtype, and the
+    fp32 operand of each GEMM goes to cuBLAS as hi + lo in it (``split_hi_lo``: two GEMMs
+    accumulated in fp32) a chunk at a time, within the budget: the fp32 weight's vocab
+    chunk, or the fp32 hidden states' token block. No whole converted copy of either."""
     check_device(hidden, weight, local_labels)
+    rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
     vocab = weight.shape[0]
     dev = hidden.device
@@ -150,7 +170,10 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                 torch.zeros(vocab, hidden_size, dtype=torch.float32, device=dev))
     dw_dtype = d_weight_dtype or torch.float32
     dh_dtype = d_hidden_dtype or torch.float32
-    if not hidden.is_cuda or hidden.dtype == torch.float16:
+    mma = mma_dtype(hidden, weight)  # also d(logits)'s dtype
+    split_w = weight.dtype == torch.float32 and mma != torch.float32
+    split_h = hidden.dtype == torch.float32 and mma != torch.float32
+    if not hidden.is_cuda or mma == torch.float16:
         # CPU (interpreter) path; fp16's scaled buffer (below) is unscaled in fp32
         dw_dtype = dh_dtype = torch.float32
     # Both are written whole: d_hidden block by block, d_weight by the first token block.
@@ -164,12 +187,13 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     g_ent = f32(grad_entropy) if has_entropy else lse
 
     tma = tma_supported(hidden, weight) if use_tma is None else use_tma
-    cfg = config or autotune_configs.backward_config(hidden.dtype, tma, interpreting())
+    cfg = config or autotune_configs.backward_config(mma, tma, interpreting(),
+                                                     mixed=split_w or split_h)
 
     # fp16 only: d(logits) ~ p * g underflows fp16 for typical loss scales (g ~ 1/N), so
     # the buffer holds it times 1 / max|g| and the GEMM results are scaled back.
     unscale = None
-    if hidden.dtype == torch.float16:
+    if mma == torch.float16:
         unscale = g_lp.abs().amax()
         if has_entropy:
             unscale = unscale + g_ent.abs().amax()
@@ -178,17 +202,25 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     else:
         scale = lse  # unused (HAS_SCALE=False)
 
-    elem = hidden.element_size()
+    elem = torch.empty((), dtype=mma).element_size()
     block_rows = min(n_tokens, block_tokens or autotune_configs.BACKWARD_BLOCK_TOKENS)
-    # the fp32 accumulator of one token block's d_hidden, unless d_hidden is fp32 itself
+    # the fp32 accumulator of one token block's d_hidden, unless d_hidden is fp32 itself,
+    # and an fp32 hidden block's hi + lo halves
     acc_bytes = 0 if dh_dtype == torch.float32 else block_rows * hidden_size * 4
+    acc_bytes += 2 * block_rows * hidden_size * elem if split_h else 0
     budget = chunk_budget or max(autotune_configs.BACKWARD_EXTRA_BUDGET_BYTES - acc_bytes,
                                  autotune_configs.BACKWARD_MIN_CHUNK_BYTES)
-    width_max = _vocab_chunk(block_rows, vocab, elem, cfg.block_v, budget)
+    # a column: its d(logits) entries, and an fp32 weight row's hi + lo halves
+    column_bytes = block_rows * elem + (2 * hidden_size * elem if split_w else 0)
+    width_max = _vocab_chunk(vocab, column_bytes, cfg.block_v, budget)
     row_pitch = triton.cdiv(width_max, 16 // elem) * (16 // elem)  # 16-byte aligned rows
-    grad_buf = torch.empty(block_rows, row_pitch, dtype=hidden.dtype, device=dev)
-    dh_acc = None if acc_bytes == 0 else torch.empty(block_rows, hidden_size,
-                                                     dtype=torch.float32, device=dev)
+    grad_buf = torch.empty(block_rows, row_pitch, dtype=mma, device=dev)
+    dh_acc = None if dh_dtype == torch.float32 else torch.empty(block_rows, hidden_size,
+                                                                dtype=torch.float32, device=dev)
+    h_halves = torch.empty(2, block_rows, hidden_size, dtype=mma, device=dev) if split_h \
+        else None
+    w_halves = torch.empty(2, width_max, hidden_size, dtype=mma, device=dev) if split_w \
+        else None
     labels = local_labels.contiguous()
     inv_t_rows, inv_t = inv_t_args(inv_temperature)
     sparse = None
@@ -203,6 +235,8 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
         blk = slice(r0, r0 + rows)
         h_blk, lab_blk = hidden[blk], labels[blk]
         dh = d_hidden[blk] if dh_acc is None else dh_acc[:rows]
+        # d_weight's right-hand operand(s): the block, or its lo and hi halves
+        h_parts = split_hi_lo(h_blk, h_halves[:, :rows]) if split_h else (h_blk,)
         num_m = triton.cdiv(rows, cfg.block_m)
         for v0 in range(0, vocab, width_max):
             width = min(width_max, vocab - v0)
@@ -222,21 +256,25 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                 BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
                 HAS_ENTROPY=has_entropy, HAS_SCALE=unscale is not None, USE_TMA=chunk_tma,
                 FLATTEN=cfg.loop == 1, WARP_SPEC=cfg.warp_specialize,
-                DOT_PRECISION=dot_precision(hidden.dtype), UPCAST_DOT=upcast_dot(hidden.dtype),
-                ROW_INV_T=inv_t_rows is not None,
+                DOT_PRECISION=dot_precision(mma), UPCAST_DOT=upcast_dot(mma),
+                ROW_INV_T=inv_t_rows is not None, LOGITS_DTYPE=rounding,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             )
             if sparse is not None:
                 add_sparse_grad(grad, sparse[0][blk], sparse[1][blk], v0, width)
-            matmul_fp32(grad, w_chunk, dh, accumulate=v0 > 0)
+            w_parts = split_hi_lo(w_chunk, w_halves[:, :width]) if split_w else (w_chunk,)
+            for i, part in enumerate(w_parts):
+                matmul_fp32(grad, part, dh, accumulate=v0 > 0 or i > 0)
             dw = d_weight[v0:v0 + width]
-            if d_weight.dtype == hidden.dtype and hidden.dtype != torch.float32:
-                if r0 == 0:
-                    torch.mm(grad.T, h_blk, out=dw)
-                else:  # cuBLAS: fp32 accumulation, one rounding of (dw + grad.T @ h)
-                    dw.addmm_(grad.T, h_blk)
-            else:
-                matmul_fp32(grad.T, h_blk, dw, accumulate=r0 > 0)
+            for i, part in enumerate(h_parts):
+                first = r0 == 0 and i == 0
+                if d_weight.dtype == mma and mma != torch.float32:
+                    if first:
+                        torch.mm(grad.T, part, out=dw)
+                    else:  # cuBLAS: fp32 accumulation, one rounding of (dw + grad.T @ part)
+                        dw.addmm_(grad.T, part)
+                else:
+                    matmul_fp32(grad.T, part, dw, accumulate=not first)
         if dh_acc is not None:
             d_hidden[blk].copy_(dh)
 

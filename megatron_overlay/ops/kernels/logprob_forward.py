@@ -41,17 +41,18 @@ import triton.language as tl
 from .. import batch_invariance
 from . import autotune_configs
 from ._online_stats import empty_stats, fold_max, label_logit, pad_tile, store_stats, work_item
-from ._tiles import dot_nt, load_tile
+from ._tiles import dot_nt, load_tile, round_logits
 from .autotune_configs import KernelConfig
-from .launch import (check_device, check_mode, dot_precision, interpreting, inv_t_args,
-                     rowmajor, sm_count, tile_source, tma_supported, upcast_dot)
+from .launch import (check_device, dot_precision, interpreting, inv_t_args, logits_rounding,
+                     mma_dtype, rowmajor, sm_count, tile_source, tma_supported, upcast_dot)
 from .merge_splits import merge_splits
 
 
 @triton.jit
 def _fold_tile(acc, v0, labels, V, inv_t, inv_t_col, m_i, s_i, t_i, zl_i,
-               BLOCK_V: tl.constexpr, WITH_ENTROPY: tl.constexpr):
-    """Fold one [BLOCK_M, BLOCK_V] tile of raw logits ``acc`` into the running stats.
+               BLOCK_V: tl.constexpr, WITH_ENTROPY: tl.constexpr, LOGITS_DTYPE: tl.constexpr):
+    """Fold one [BLOCK_M, BLOCK_V] tile of raw logits ``acc`` (rounded to LOGITS_DTYPE
+    first, if given) into the running stats.
 
     m = max z, s = sum exp(z - m), t = sum exp(z - m) (z - m) (relative to the running
     max, as the stage contract has it), zl = z[label].
@@ -59,6 +60,7 @@ def _fold_tile(acc, v0, labels, V, inv_t, inv_t_col, m_i, s_i, t_i, zl_i,
     ``inv_t`` / ``inv_t_col``: the same scalar twice, or (per-row temperatures) the rows'
     values as [BLOCK_M] and as [BLOCK_M, 1], for the row sums and for the tile.
     """
+    acc = round_logits(acc, LOGITS_DTYPE)
     zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
     acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
     m_i, s_i, t_i = fold_max(acc, tl.max(acc, axis=1), inv_t, inv_t_col, m_i, s_i, t_i,
@@ -74,10 +76,12 @@ def forward_stats_kernel(
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
     WITH_ENTROPY: tl.constexpr, USE_TMA: tl.constexpr, LOOP: tl.constexpr,
     WARP_SPEC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
-    ROW_INV_T: tl.constexpr,
+    ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr,
 ):
     """``ROW_INV_T``: per-row inverse temperatures at ``inv_t_ptr`` [N] (``inv_t`` unused);
-    else the scalar ``inv_t`` for every row (``inv_t_ptr`` unused)."""
+    else the scalar ``inv_t`` for every row (``inv_t_ptr`` unused). ``LOGITS_DTYPE``: None,
+    or the 16-bit dtype each logit is rounded to (``_tiles.round_logits``). The operands
+    may be one fp32 and one 16-bit (``_tiles.dot_nt`` splits the fp32 tiles)."""
     split, m0, rows, labels, inv_t, inv_t_col, v_begin, v_end = work_item(
         labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, group_m,
         BLOCK_M, BLOCK_V, ROW_INV_T)
@@ -95,7 +99,8 @@ def forward_stats_kernel(
             acc = dot_nt(a, b, acc, DOT_PRECISION, UPCAST_DOT)
             if kk == k_tiles - 1:
                 m_i, s_i, t_i, zl_i = _fold_tile(acc, vt * BLOCK_V, labels, V, inv_t, inv_t_col,
-                                                  m_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY)
+                                                  m_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY,
+                                                  LOGITS_DTYPE)
                 acc = tl.zeros((BLOCK_M, BLOCK_V), tl.float32)
     else:
         for vt in tl.range(v_begin, v_end, flatten=LOOP == 1):
@@ -106,7 +111,8 @@ def forward_stats_kernel(
                 b = load_tile(w_src, v0, kk * BLOCK_K, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
                 acc = dot_nt(a, b, acc, DOT_PRECISION, UPCAST_DOT)
             m_i, s_i, t_i, zl_i = _fold_tile(acc, v0, labels, V, inv_t, inv_t_col,
-                                              m_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY)
+                                              m_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY,
+                                              LOGITS_DTYPE)
 
     store_stats(part_ptr, split, rows, N, m_i, s_i, t_i, zl_i)
 
@@ -157,8 +163,8 @@ def forward_splits(n_tokens: int, num_v: int, num_sms: int, cfg: KernelConfig):
 def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
                   inv_temperature, with_entropy: bool, *, logits_dtype: torch.dtype | None = None,
                   config: KernelConfig | None = None, use_tma: bool | None = None) -> torch.Tensor:
-    check_mode(hidden, weight, logits_dtype)
     check_device(hidden, weight, local_labels)
+    rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
     vocab = weight.shape[0]
     stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=hidden.device)
@@ -168,7 +174,9 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
     hidden, weight = rowmajor(hidden), rowmajor(weight)
     labels = local_labels.contiguous()
     tma = tma_supported(hidden, weight) if use_tma is None else use_tma
-    cfg = config or autotune_configs.forward_config(hidden.dtype, tma, interpreting())
+    mma = mma_dtype(hidden, weight)
+    cfg = config or autotune_configs.forward_config(mma, tma, interpreting(),
+                                                    mixed=hidden.dtype != weight.dtype)
 
     num_v = triton.cdiv(vocab, cfg.block_v)
     splits, per_split, block_rows = forward_splits(n_tokens, num_v, sm_count(hidden.device), cfg)
@@ -190,9 +198,9 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
             splits, per_split, cfg.group_m,
             BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
             WITH_ENTROPY=bool(with_entropy), USE_TMA=tma, LOOP=cfg.loop,
-            WARP_SPEC=cfg.warp_specialize, DOT_PRECISION=dot_precision(hidden.dtype),
-            UPCAST_DOT=upcast_dot(hidden.dtype), ROW_INV_T=inv_t_rows is not None,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            WARP_SPEC=cfg.warp_specialize, DOT_PRECISION=dot_precision(mma),
+            UPCAST_DOT=upcast_dot(mma), ROW_INV_T=inv_t_rows is not None,
+            LOGITS_DTYPE=rounding, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         if part is not None:
             merge_splits(out, stats[r0:r0 + rows], bool(with_entropy))

@@ -43,10 +43,10 @@ import triton.language as tl
 from ..topk_merge import PAD_ID, order_candidates
 from . import autotune_configs
 from ._online_stats import empty_stats, fold_max, label_logit, pad_tile, store_stats, work_item
-from ._tiles import dot_nt, load_tile
+from ._tiles import dot_nt, load_tile, round_logits
 from .autotune_configs import KernelConfig
-from .launch import (check_device, check_mode, dot_precision, interpreting, inv_t_args,
-                     rowmajor, sm_count, tile_source, tma_supported, upcast_dot)
+from .launch import (check_device, dot_precision, interpreting, inv_t_args, logits_rounding,
+                     mma_dtype, rowmajor, sm_count, tile_source, tma_supported, upcast_dot)
 from .merge_splits import merge_splits
 
 
@@ -121,7 +121,10 @@ def topk_stats_kernel(
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KP: tl.constexpr,
     WITH_ENTROPY: tl.constexpr, USE_TMA: tl.constexpr, DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr, ROW_INV_T: tl.constexpr, OPAQUE_COLUMNS: tl.constexpr,
+    LOGITS_DTYPE: tl.constexpr,
 ):
+    """Operand dtypes and ``LOGITS_DTYPE`` as logprob_forward's kernel: the raw tile is
+    rounded before the statistics and the top-k see it."""
     split, m0, rows, labels, inv_t, inv_t_col, v_begin, v_end = work_item(
         labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, group_m,
         BLOCK_M, BLOCK_V, ROW_INV_T)
@@ -140,6 +143,7 @@ def topk_stats_kernel(
             a = load_tile(h_src, m0, kk * BLOCK_K, N, H, stride_h, BLOCK_M, BLOCK_K, USE_TMA)
             b = load_tile(w_src, v0, kk * BLOCK_K, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
             acc = dot_nt(a, b, acc, DOT_PRECISION, UPCAST_DOT)
+        acc = round_logits(acc, LOGITS_DTYPE)
         zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
         acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
         acc_max, arg_max = tl.max(acc, axis=1, return_indices=True,
@@ -176,14 +180,19 @@ ITEM_COST_TILES = 2
 # Interpreter: tiny tiles.
 TOPK_16BIT = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8)
 TOPK_FP32 = KernelConfig(128, 64, 32, num_warps=8, num_stages=3, group_m=8)
+# Mixed operands: the log-prob forward's mixed tile (autotune_configs.FORWARD_MIXED).
+TOPK_MIXED = KernelConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=8)
 # What tools/bench_distill.py --sweep tries.
 CANDIDATES = [TOPK_16BIT, KernelConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=8),
               KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=16)]
 
 
-def _config(dtype: torch.dtype) -> KernelConfig:
+def _config(dtype: torch.dtype, mixed: bool) -> KernelConfig:
+    """``dtype``: the tensor cores' (launch.mma_dtype); ``mixed``: one operand is fp32."""
     if interpreting():
         return autotune_configs.forward_config(dtype, False, True)
+    if mixed:
+        return TOPK_MIXED
     return TOPK_FP32 if dtype == torch.float32 else TOPK_16BIT
 
 
@@ -217,8 +226,8 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
                inv_temperature, with_entropy: bool, k: int, *,
                logits_dtype: torch.dtype | None = None, config: KernelConfig | None = None,
                use_tma: bool | None = None, splits: int | None = None):
-    check_mode(hidden, weight, logits_dtype)
     check_device(hidden, weight, local_labels)
+    rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
     vocab = weight.shape[0]
     dev = hidden.device
@@ -230,7 +239,8 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
     hidden, weight = rowmajor(hidden), rowmajor(weight)
     labels = local_labels.contiguous()
     tma = tma_supported(hidden, weight) if use_tma is None else use_tma
-    cfg = config or _config(hidden.dtype)
+    mma = mma_dtype(hidden, weight)
+    cfg = config or _config(mma, hidden.dtype != weight.dtype)
 
     num_m = triton.cdiv(n_tokens, cfg.block_m)
     num_v = triton.cdiv(vocab, cfg.block_v)
@@ -252,8 +262,9 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
         splits, per_split, cfg.group_m,
         BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
         KP=triton.next_power_of_2(k), WITH_ENTROPY=bool(with_entropy), USE_TMA=tma,
-        DOT_PRECISION=dot_precision(hidden.dtype), UPCAST_DOT=upcast_dot(hidden.dtype),
+        DOT_PRECISION=dot_precision(mma), UPCAST_DOT=upcast_dot(mma),
         ROW_INV_T=inv_t_rows is not None, OPAQUE_COLUMNS=not interpreting(),
+        LOGITS_DTYPE=rounding,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if splits > 1:
