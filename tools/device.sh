@@ -13,7 +13,7 @@
 #                       sampled labels, forward (ROUNDS)
 #   modes WHEELS        issue 18's precision modes: their GPU tests (and graphs, no-sync,
 #                       invariance), SWEEP=1 the mixed configs' sweep, `bench op` of each mode
-#                       against the bf16 GEMM (SHAPES, ROUNDS)
+#                       against the bf16 GEMM (SHAPES, ROUNDS; OP=0 skips it)
 #   smoke WHEELS        every GPU subcommand of `python -m tools.bench`, tiny, one GPU (~3 min)
 # WHEELS holds upstream's megatron_core-<release>-*.whl; PEER_WHEELS the peers' wheels
 # (docs/BENCHMARKS.md says how they are made).
@@ -136,7 +136,8 @@ modes)
   if [ -n "${SWEEP:-}" ]; then for operands in fp32_hidden fp32_weight; do
     bench op --sweep $SHAPE8K --sweep-operands $operands --out "$OUT/sweep" 2>&1 | tail -14
   done; fi
-  bench op ${SHAPES:+--shapes "$SHAPES"} --rounds ${ROUNDS:-3} --no-grad-check --out "$OUT/op" \
+  [ "${OP:-1}" = 0 ] || bench op ${SHAPES:+--shapes "$SHAPES"} --rounds ${ROUNDS:-3} \
+    --no-grad-check --out "$OUT/op" \
     --methods gemm,ours,ours_bf16_logits,ours_fp32_hidden,ours_fp32_weight 2>&1 | tail -20
   ;;
 smoke)
