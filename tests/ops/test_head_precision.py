@@ -240,9 +240,14 @@ def test_triton_modes_gradients_and_distillation_ops(mode):
     if logits_dtype is not None:
         z64 = z64.float().to(logits_dtype).double()
     logp = torch.log_softmax(z64, -1)
+    # A rounded logit whose fp32 sum (in another order than fp64's) lies at a rounding
+    # boundary may round the other way: one ulp of that logit, for a few of them
+    ulp = torch.finfo(logits_dtype).eps * z64.abs().max().item() if logits_dtype else 0.0
+    mean_tol = 1e-4 if logits_dtype else 2e-5
     top = linear_topk_logprobs(hidden, weight, 8, logits_dtype=logits_dtype)
     values = logp.gather(1, top.topk_ids)
-    assert (top.topk_log_probs.double() - values).abs().max().item() <= 2e-4
-    assert (values.min(1).values >= logp.topk(8).values[:, -1] - 1e-4).all()
     at, _ = linear_logprobs_at(hidden, weight, top.topk_ids, logits_dtype=logits_dtype)
-    assert (at.double() - values).abs().max().item() <= 2e-4
+    for got in (top.topk_log_probs, at):
+        err = (got.double() - values).abs()
+        assert err.mean().item() <= mean_tol and err.max().item() <= 2e-4 + ulp
+    assert (values.min(1).values >= logp.topk(8).values[:, -1] - 1e-4 - ulp).all()

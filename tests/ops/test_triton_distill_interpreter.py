@@ -40,7 +40,7 @@ def _worker() -> int:
 
     from megatron_overlay.ops import (linear_logprobs_at, linear_topk_logprobs, torch_chunked,
                                       torch_topk)
-    from megatron_overlay.ops.kernels import triton_impl, triton_topk
+    from megatron_overlay.ops.kernels import split_operand, triton_impl, triton_topk
 
     assert triton_impl.interpreting()
     report = {}
@@ -69,9 +69,14 @@ def _worker() -> int:
         ids = torch.randint(-1, 130, (33, 9), generator=g)
         kw = dict(logits_dtype=getattr(torch, l_name) if l_name else None)
         res = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True, "dtype": "float32"}
-        for temperature in (torch.rand(33, generator=g) * 2 + 0.3, 1 / 0.7):
+        budget = split_operand.SPLIT_BUDGET_BYTES
+        for temperature, pieces in ((torch.rand(33, generator=g) * 2 + 0.3, False),
+                                    (1 / 0.7, False), (1 / 0.7, True)):
             ref = torch_topk.topk_stats(hidden, weight, labels, temperature, True, 5, **kw)
+            if pieces:  # an fp32 operand's halves in 32-row / -column pieces
+                split_operand.SPLIT_BUDGET_BYTES = 4 * 32 * 32
             got = triton_topk.topk_stats(hidden, weight, labels, temperature, True, 5, **kw)
+            split_operand.SPLIT_BUDGET_BYTES = budget
             at_ref = torch_chunked.logits_at(hidden, weight, ids, temperature, **kw)
             at = triton_impl.logits_at(hidden, weight, ids, temperature, **kw)
             res["stats_err"] = max(res["stats_err"], (got[0] - ref[0]).abs().max().item())

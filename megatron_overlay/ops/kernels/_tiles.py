@@ -46,14 +46,6 @@ def load_tile(src, row0, col0, n_rows, n_cols, stride,
 
 
 @triton.jit
-def _dot(a, b, acc, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    if UPCAST:
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
-    return tl.dot(a, b.T, acc, input_precision=DOT_PRECISION)
-
-
-@triton.jit
 def to_16bit(x, dtype: tl.constexpr):
     """fp32 ``x`` rounded to nearest even in the 16-bit ``dtype``."""
     if _INTERPRETED:
@@ -66,9 +58,7 @@ def to_16bit(x, dtype: tl.constexpr):
 
 @triton.jit
 def split_hi_lo(x, dtype: tl.constexpr):
-    """fp32 ``x`` as hi + lo, both in the 16-bit ``dtype``: hi = x rounded, lo = the rest
-    rounded (exact in fp32 before that rounding). bf16: 16 of fp32's 24 significant bits,
-    a relative residual under 2^-16 (fp16: 22 bits, 2^-22, within its exponent range)."""
+    """fp32 ``x`` as hi + lo in the 16-bit ``dtype`` (split_operand.py says why)."""
     hi = to_16bit(x, dtype)
     lo = to_16bit(x - hi.to(tl.float32), dtype)
     return hi, lo
@@ -76,24 +66,34 @@ def split_hi_lo(x, dtype: tl.constexpr):
 
 @triton.jit
 def dot_nt(a, b, acc, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """acc + a @ b.T, fp32 accumulation. ``UPCAST``: widen 16-bit operands to fp32 first
-    (exact), for Triton's interpreter, whose bf16 dot returns garbage (Triton 3.7).
+    """acc + a @ b.T. ``UPCAST``: widen the operands to fp32 first (exact), for Triton's
+    interpreter, whose bf16 dot returns garbage (Triton 3.7)."""
+    if UPCAST:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b.T, acc, input_precision=DOT_PRECISION)
 
-    Mixed operands (one fp32, one 16-bit; a compile-time branch on the tiles' dtypes): the
-    fp32 tile is split in registers into hi + lo of the other's dtype and multiplied in two
-    16-bit MMAs over the same loaded tiles, lo first: an fp32 product without an fp32
-    (or converted) copy of either operand, at twice the MMA work of one dtype."""
-    if a.dtype == tl.float32 and b.dtype != tl.float32:
-        hi, lo = split_hi_lo(a, b.dtype)
-        acc = _dot(lo, b, acc, DOT_PRECISION, UPCAST)
-        acc = _dot(hi, b, acc, DOT_PRECISION, UPCAST)
-    elif b.dtype == tl.float32 and a.dtype != tl.float32:
-        hi, lo = split_hi_lo(b, a.dtype)
-        acc = _dot(a, lo, acc, DOT_PRECISION, UPCAST)
-        acc = _dot(a, hi, acc, DOT_PRECISION, UPCAST)
-    else:
-        acc = _dot(a, b, acc, DOT_PRECISION, UPCAST)
-    return acc
+
+@triton.jit
+def mma_step(h_src, h_lo_src, w_src, w_lo_src, m0, v0, k0, N, V, H, stride_h, stride_w, acc,
+             BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+             USE_TMA: tl.constexpr, LO: tl.constexpr, DOT_PRECISION: tl.constexpr,
+             UPCAST: tl.constexpr):
+    """One K step of a logits tile: acc + h[m0:, k0:] @ w[v0:, k0:].T.
+
+    ``LO`` (mixed operands, split_operand.py): 0 none; 1 the hidden states are fp32, given
+    as their hi part (``h_src``) and lo part (``h_lo_src``, same layout); 2 the weight is,
+    likewise. lo's product first, then hi's, into the same fp32 accumulator.
+    """
+    a = load_tile(h_src, m0, k0, N, H, stride_h, BLOCK_M, BLOCK_K, USE_TMA)
+    b = load_tile(w_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
+    if LO == 1:
+        a_lo = load_tile(h_lo_src, m0, k0, N, H, stride_h, BLOCK_M, BLOCK_K, USE_TMA)
+        acc = dot_nt(a_lo, b, acc, DOT_PRECISION, UPCAST)
+    elif LO == 2:
+        b_lo = load_tile(w_lo_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
+        acc = dot_nt(a, b_lo, acc, DOT_PRECISION, UPCAST)
+    return dot_nt(a, b, acc, DOT_PRECISION, UPCAST)
 
 
 @triton.jit

@@ -70,12 +70,13 @@ BACKWARD_16BIT = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, loop=0)
 # fp32 inputs (3xTF32 dots): half the columns, half the K step, same shared memory.
 FORWARD_FP32 = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, loop=0)
 BACKWARD_FP32 = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, loop=0)
-# Mixed operands (one fp32, split in registers into two 16-bit MMAs, _tiles.dot_nt): the
-# fp32 tile takes twice the shared memory of a 16-bit one and its split lives in registers
-# beside the accumulator, so a 128 x 128 tile (picked by the sweep of MIXED_CANDIDATES on
-# one H200, docs/BENCHMARKS.md).
-FORWARD_MIXED = KernelConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=8, loop=0)
-BACKWARD_MIXED = KernelConfig(128, 128, 64, num_warps=8, num_stages=3, loop=0)
+# Mixed operands (an fp32 operand as hi + lo halves, split_operand.py): the split operand
+# brings two tiles a K step, so the shared memory per stage grows by one tile; the
+# 16-bit tile otherwise, with the stages that fit 227 KiB (fp32 hidden states: 3 x 64 KiB;
+# an fp32 weight: 2 x 80 KiB). The sweep of MIXED_CANDIDATES (docs/BENCHMARKS.md) picks.
+FORWARD_MIXED_HIDDEN = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8, loop=0)
+FORWARD_MIXED_WEIGHT = KernelConfig(128, 256, 64, num_warps=8, num_stages=2, group_m=8, loop=0)
+BACKWARD_MIXED = KernelConfig(128, 256, 64, num_warps=8, num_stages=2, loop=0)
 # Pre-Hopper GPUs and unaligned tensors: pointer loads (cp.async pipelining).
 FORWARD_PORTABLE = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, loop=0)
 BACKWARD_PORTABLE = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, loop=0)
@@ -102,39 +103,43 @@ BACKWARD_CANDIDATES = [
     KernelConfig(128, 128, 64, num_warps=4, num_stages=4, loop=1),
     KernelConfig(256, 128, 64, num_warps=8, num_stages=3, loop=1),
 ]
-# Mixed operands, forward and backward (tools/bench sweep --operands h32 / w32).
+# Mixed operands, forward and backward (tools/bench op --sweep --sweep-operands ...); the
+# ones whose stages do not fit shared memory for an operand fail and are reported so.
 MIXED_CANDIDATES = [
-    FORWARD_MIXED,
+    KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8),
+    KernelConfig(128, 256, 64, num_warps=8, num_stages=2, group_m=8),
+    KernelConfig(128, 256, 32, num_warps=8, num_stages=4, group_m=8),
     KernelConfig(128, 128, 64, num_warps=8, num_stages=4, group_m=8),
-    KernelConfig(128, 256, 32, num_warps=8, num_stages=3, group_m=8),
-    KernelConfig(128, 128, 32, num_warps=4, num_stages=4, group_m=8),
-    KernelConfig(64, 256, 64, num_warps=8, num_stages=3, group_m=8),
+    KernelConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=8),
 ]
 
 
-# Per stage: (fp32 inputs with TMA, 16-bit inputs with TMA, mixed with TMA, pointer loads).
-_DEFAULTS = {"forward": (FORWARD_FP32, FORWARD_16BIT, FORWARD_MIXED, FORWARD_PORTABLE),
-             "backward": (BACKWARD_FP32, BACKWARD_16BIT, BACKWARD_MIXED, BACKWARD_PORTABLE)}
+# Per stage: (fp32 inputs with TMA, 16-bit inputs with TMA, pointer loads, mixed operands
+# with TMA by launch.lo_operand: fp32 hidden states, an fp32 weight).
+_DEFAULTS = {"forward": (FORWARD_FP32, FORWARD_16BIT, FORWARD_PORTABLE,
+                         {1: FORWARD_MIXED_HIDDEN, 2: FORWARD_MIXED_WEIGHT}),
+             "backward": (BACKWARD_FP32, BACKWARD_16BIT, BACKWARD_PORTABLE,
+                          {1: BACKWARD_MIXED, 2: BACKWARD_MIXED})}
 
 
 def _default(stage: str, dtype: torch.dtype, use_tma: bool, interpret: bool,
-             mixed: bool) -> KernelConfig:
+             lo: int) -> KernelConfig:
     if interpret:
         return INTERPRETER
-    fp32, bit16, mixed_cfg, portable = _DEFAULTS[stage]
+    fp32, bit16, portable, mixed = _DEFAULTS[stage]
     if not use_tma:
         return portable
-    if mixed:
-        return mixed_cfg
+    if lo:
+        return mixed[lo]
     return fp32 if dtype == torch.float32 else bit16
 
 
 def forward_config(dtype: torch.dtype, use_tma: bool, interpret: bool,
-                   mixed: bool = False) -> KernelConfig:
-    """``dtype``: the tensor cores' (launch.mma_dtype); ``mixed``: one operand is fp32."""
-    return _default("forward", dtype, use_tma, interpret, mixed)
+                   lo: int = 0) -> KernelConfig:
+    """``dtype``: the tensor cores' (launch.mma_dtype); ``lo``: launch.lo_operand."""
+    return _default("forward", dtype, use_tma, interpret, lo)
 
 
 def backward_config(dtype: torch.dtype, use_tma: bool, interpret: bool,
-                    mixed: bool = False) -> KernelConfig:
-    return _default("backward", dtype, use_tma, interpret, mixed)
+                    lo: int = 0) -> KernelConfig:
+    return _default("backward", dtype, use_tma, interpret, lo)

@@ -36,9 +36,17 @@ def check_device(*tensors: torch.Tensor) -> None:
 
 def mma_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
     """The dtype the tensor cores multiply in: the operands' one, or for mixed operands
-    (one fp32, one 16-bit) the 16-bit one, into which the kernels split the fp32 tiles
-    (``_tiles.dot_nt``). The backward's d(logits) buffer is in it too."""
+    (one fp32, one 16-bit) the 16-bit one, into which the fp32 operand is split
+    (split_operand.py). The backward's d(logits) buffer is in it too."""
     return weight.dtype if hidden.dtype == torch.float32 else hidden.dtype
+
+
+def lo_operand(hidden: torch.Tensor, weight: torch.Tensor) -> int:
+    """The kernels' ``LO`` constexpr (``_tiles.mma_step``): 0 operands of one dtype, 1 fp32
+    hidden states with a 16-bit weight, 2 a 16-bit hidden with an fp32 weight."""
+    if hidden.dtype == weight.dtype:
+        return 0
+    return 1 if hidden.dtype == torch.float32 else 2
 
 
 _LOGITS_TL_DTYPES = {None: None, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}

@@ -32,13 +32,14 @@ import triton
 import triton.language as tl
 
 from . import autotune_configs
-from ._tiles import dot_nt, grouped_ids, load_tile, round_logits
+from ._tiles import grouped_ids, mma_step, round_logits
 from .autotune_configs import KernelConfig
 from .gemm_fp32 import matmul_fp32
-from .launch import (check_device, dot_precision, interpreting, inv_t_args, logits_rounding,
-                     mma_dtype, rowmajor, sm_count, tile_source, tma_aligned, tma_supported,
-                     upcast_dot)
+from .launch import (check_device, dot_precision, interpreting, inv_t_args, lo_operand,
+                     logits_rounding, mma_dtype, rowmajor, sm_count, tile_source, tma_aligned,
+                     tma_supported, upcast_dot)
 from .sparse_grad import add_sparse_grad
+from .split_operand import split_hi_lo_into
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -65,17 +66,18 @@ def _grad_tile(acc, rows, cols, N, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr, g_
 
 @triton.jit
 def grad_logits_kernel(
-    h_src, w_src, g_dst, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr, g_ent_ptr, scale_ptr,
+    h_src, h_lo_src, w_src, w_lo_src, g_dst, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr, g_ent_ptr, scale_ptr,
     inv_t_ptr, N, V, H, stride_h, stride_w, stride_g, inv_t, group_m, num_progs,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_ENTROPY: tl.constexpr, HAS_SCALE: tl.constexpr, USE_TMA: tl.constexpr,
     FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
-    ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr,
+    ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr,
 ):
     """``labels_ptr`` holds labels relative to this vocab chunk (-1 or out of range: none).
     ``ROW_INV_T``: per-row inverse temperatures at ``inv_t_ptr`` [N], else the scalar.
     ``LOGITS_DTYPE``: the recomputed tile rounded as the forward's was (the gradient
-    passes through the rounding); mixed operands as the forward's (``_tiles.dot_nt``)."""
+    passes through the rounding); ``LO``: an fp32 operand as its hi and lo parts, as the
+    forward's (``_tiles.mma_step``)."""
     pid = tl.program_id(0)
     num_m = tl.cdiv(N, BLOCK_M)
     num_v = tl.cdiv(V, BLOCK_V)
@@ -95,9 +97,9 @@ def grad_logits_kernel(
         v0 = pid_v * BLOCK_V
         acc = tl.zeros((BLOCK_M, BLOCK_V), tl.float32)
         for kk in range(k_tiles):
-            a = load_tile(h_src, m0, kk * BLOCK_K, N, H, stride_h, BLOCK_M, BLOCK_K, USE_TMA)
-            b = load_tile(w_src, v0, kk * BLOCK_K, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
-            acc = dot_nt(a, b, acc, DOT_PRECISION, UPCAST_DOT)
+            acc = mma_step(h_src, h_lo_src, w_src, w_lo_src, m0, v0, kk * BLOCK_K, N, V, H,
+                           stride_h, stride_w, acc, BLOCK_M, BLOCK_V, BLOCK_K, USE_TMA, LO,
+                           DOT_PRECISION, UPCAST_DOT)
 
         tile_c += num_progs
         pid_m, pid_v = grouped_ids(tile_c, num_m, num_v, group_m)
@@ -114,17 +116,6 @@ def grad_logits_kernel(
 
 
 # ----------------------------------------------------------------------------- launch
-
-def split_hi_lo(x: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(lo, hi) of fp32 ``x`` in ``out``'s 16-bit dtype (``out``: [2, *x.shape]), as
-    ``_tiles.split_hi_lo`` makes them: hi = x rounded, lo = (x - hi) rounded (the
-    difference is exact in fp32; no fp32 temporary). lo first: the order in which they
-    are accumulated."""
-    hi, lo = out[0], out[1]
-    hi.copy_(x)
-    torch.sub(x, hi, out=lo)
-    return lo, hi
-
 
 def _vocab_chunk(vocab: int, column_bytes: int, block_v: int, budget: int) -> int:
     """Vocab columns per chunk: as wide as ``budget`` allows at ``column_bytes`` a column,
@@ -157,9 +148,9 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     d(logits) chunk by sparse_grad.py before the GEMMs.
 
     Mixed operands (one fp32, one 16-bit): d(logits) is kept in the 16-bit dtype, and the
-    fp32 operand of each GEMM goes to cuBLAS as hi + lo in it (``split_hi_lo``: two GEMMs
-    accumulated in fp32) a chunk at a time, within the budget: the fp32 weight's vocab
-    chunk, or the fp32 hidden states' token block. No whole converted copy of either."""
+    fp32 operand goes to the recompute kernel and to cuBLAS as hi + lo in it
+    (split_operand.py; two GEMMs accumulated in fp32), split a piece at a time within the
+    budget: the fp32 weight's vocab chunk, or the fp32 hidden states' token block."""
     check_device(hidden, weight, local_labels)
     rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
@@ -171,8 +162,8 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     dw_dtype = d_weight_dtype or torch.float32
     dh_dtype = d_hidden_dtype or torch.float32
     mma = mma_dtype(hidden, weight)  # also d(logits)'s dtype
-    split_w = weight.dtype == torch.float32 and mma != torch.float32
-    split_h = hidden.dtype == torch.float32 and mma != torch.float32
+    lo = lo_operand(hidden, weight)
+    split_h, split_w = lo == 1, lo == 2
     if not hidden.is_cuda or mma == torch.float16:
         # CPU (interpreter) path; fp16's scaled buffer (below) is unscaled in fp32
         dw_dtype = dh_dtype = torch.float32
@@ -186,9 +177,10 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     mean_z = f32(mean_z) if has_entropy else lse
     g_ent = f32(grad_entropy) if has_entropy else lse
 
-    tma = tma_supported(hidden, weight) if use_tma is None else use_tma
-    cfg = config or autotune_configs.backward_config(mma, tma, interpreting(),
-                                                     mixed=split_w or split_h)
+    if use_tma is None:  # the halves' rows must be 16-byte aligned too
+        use_tma = tma_supported(hidden, weight) and (lo == 0 or hidden_size % 8 == 0)
+    tma = use_tma
+    cfg = config or autotune_configs.backward_config(mma, tma, interpreting(), lo)
 
     # fp16 only: d(logits) ~ p * g underflows fp16 for typical loss scales (g ~ 1/N), so
     # the buffer holds it times 1 / max|g| and the GEMM results are scaled back.
@@ -235,38 +227,44 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
         blk = slice(r0, r0 + rows)
         h_blk, lab_blk = hidden[blk], labels[blk]
         dh = d_hidden[blk] if dh_acc is None else dh_acc[:rows]
-        # d_weight's right-hand operand(s): the block, or its lo and hi halves
-        h_parts = split_hi_lo(h_blk, h_halves[:, :rows]) if split_h else (h_blk,)
+        # the block, or an fp32 block's (hi, lo)
+        h_hi, h_lo = split_hi_lo_into(h_blk, h_halves) if split_h else (h_blk, h_blk)
         num_m = triton.cdiv(rows, cfg.block_m)
         for v0 in range(0, vocab, width_max):
             width = min(width_max, vocab - v0)
             w_chunk = weight[v0:v0 + width]
+            w_hi, w_lo = split_hi_lo_into(w_chunk, w_halves) if split_w else (w_chunk, w_chunk)
             grad = grad_buf[:rows, :width]
-            chunk_tma = tma and tma_aligned(w_chunk) and tma_aligned(h_blk)
+            chunk_tma = tma and tma_aligned(w_hi) and tma_aligned(h_hi)
             num_tiles = num_m * triton.cdiv(width, cfg.block_v)
             progs = min(num_tiles, sm_count(dev)) if cfg.persistent else num_tiles
+            h_src = tile_source(h_hi, [cfg.block_m, cfg.block_k], chunk_tma)
+            w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], chunk_tma)
             grad_logits_kernel[(progs,)](
-                tile_source(h_blk, [cfg.block_m, cfg.block_k], chunk_tma),
-                tile_source(w_chunk, [cfg.block_v, cfg.block_k], chunk_tma),
+                h_src, tile_source(h_lo, [cfg.block_m, cfg.block_k], chunk_tma) if split_h
+                else h_src,
+                w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], chunk_tma) if split_w
+                else w_src,
                 tile_source(grad, [cfg.block_m, cfg.block_v], chunk_tma),
                 lab_blk - v0 if v0 else lab_blk, lse[blk], mean_z[blk], g_lp[blk], g_ent[blk],
                 scale, lse if inv_t_rows is None else inv_t_rows[blk],
-                rows, width, hidden_size, h_blk.stride(0), w_chunk.stride(0), grad.stride(0),
+                rows, width, hidden_size, h_hi.stride(0), w_hi.stride(0), grad.stride(0),
                 inv_t, cfg.group_m, progs,
                 BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
                 HAS_ENTROPY=has_entropy, HAS_SCALE=unscale is not None, USE_TMA=chunk_tma,
                 FLATTEN=cfg.loop == 1, WARP_SPEC=cfg.warp_specialize,
                 DOT_PRECISION=dot_precision(mma), UPCAST_DOT=upcast_dot(mma),
-                ROW_INV_T=inv_t_rows is not None, LOGITS_DTYPE=rounding,
+                ROW_INV_T=inv_t_rows is not None, LOGITS_DTYPE=rounding, LO=lo,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             )
             if sparse is not None:
                 add_sparse_grad(grad, sparse[0][blk], sparse[1][blk], v0, width)
-            w_parts = split_hi_lo(w_chunk, w_halves[:, :width]) if split_w else (w_chunk,)
+            # each GEMM's fp32 operand as lo, then hi
+            w_parts = (w_lo, w_hi) if split_w else (w_chunk,)
             for i, part in enumerate(w_parts):
                 matmul_fp32(grad, part, dh, accumulate=v0 > 0 or i > 0)
             dw = d_weight[v0:v0 + width]
-            for i, part in enumerate(h_parts):
+            for i, part in enumerate((h_lo, h_hi) if split_h else (h_blk,)):
                 first = r0 == 0 and i == 0
                 if d_weight.dtype == mma and mma != torch.float32:
                     if first:

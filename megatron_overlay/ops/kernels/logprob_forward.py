@@ -41,11 +41,13 @@ import triton.language as tl
 from .. import batch_invariance
 from . import autotune_configs
 from ._online_stats import empty_stats, fold_max, label_logit, pad_tile, store_stats, work_item
-from ._tiles import dot_nt, load_tile, round_logits
+from ._tiles import mma_step, round_logits
 from .autotune_configs import KernelConfig
-from .launch import (check_device, dot_precision, interpreting, inv_t_args, logits_rounding,
-                     mma_dtype, rowmajor, sm_count, tile_source, tma_supported, upcast_dot)
+from .launch import (check_device, dot_precision, interpreting, inv_t_args, lo_operand,
+                     logits_rounding, mma_dtype, rowmajor, sm_count, tile_source,
+                     tma_supported, upcast_dot)
 from .merge_splits import merge_splits
+from .split_operand import split_hi_lo_into, split_rows
 
 
 @triton.jit
@@ -70,18 +72,19 @@ def _fold_tile(acc, v0, labels, V, inv_t, inv_t_col, m_i, s_i, t_i, zl_i,
 
 @triton.jit
 def forward_stats_kernel(
-    h_src, w_src, labels_ptr, part_ptr, inv_t_ptr,
+    h_src, h_lo_src, w_src, w_lo_src, labels_ptr, part_ptr, inv_t_ptr,
     N, V, H, stride_h, stride_w, inv_t,
     num_splits, tiles_per_split, group_m,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
     WITH_ENTROPY: tl.constexpr, USE_TMA: tl.constexpr, LOOP: tl.constexpr,
     WARP_SPEC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
-    ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr,
+    ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr,
 ):
     """``ROW_INV_T``: per-row inverse temperatures at ``inv_t_ptr`` [N] (``inv_t`` unused);
     else the scalar ``inv_t`` for every row (``inv_t_ptr`` unused). ``LOGITS_DTYPE``: None,
-    or the 16-bit dtype each logit is rounded to (``_tiles.round_logits``). The operands
-    may be one fp32 and one 16-bit (``_tiles.dot_nt`` splits the fp32 tiles)."""
+    or the 16-bit dtype each logit is rounded to (``_tiles.round_logits``). ``LO``: one
+    operand was fp32 and comes as its hi and lo parts (``_tiles.mma_step``; else the
+    ``*_lo_src`` are unused)."""
     split, m0, rows, labels, inv_t, inv_t_col, v_begin, v_end = work_item(
         labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, group_m,
         BLOCK_M, BLOCK_V, ROW_INV_T)
@@ -93,10 +96,9 @@ def forward_stats_kernel(
         for it in tl.range(0, (v_end - v_begin) * k_tiles, warp_specialize=WARP_SPEC):
             vt = v_begin + it // k_tiles
             kk = it % k_tiles
-            a = load_tile(h_src, m0, kk * BLOCK_K, N, H, stride_h, BLOCK_M, BLOCK_K, USE_TMA)
-            b = load_tile(w_src, vt * BLOCK_V, kk * BLOCK_K, V, H, stride_w, BLOCK_V, BLOCK_K,
-                          USE_TMA)
-            acc = dot_nt(a, b, acc, DOT_PRECISION, UPCAST_DOT)
+            acc = mma_step(h_src, h_lo_src, w_src, w_lo_src, m0, vt * BLOCK_V, kk * BLOCK_K,
+                           N, V, H, stride_h, stride_w, acc, BLOCK_M, BLOCK_V, BLOCK_K,
+                           USE_TMA, LO, DOT_PRECISION, UPCAST_DOT)
             if kk == k_tiles - 1:
                 m_i, s_i, t_i, zl_i = _fold_tile(acc, vt * BLOCK_V, labels, V, inv_t, inv_t_col,
                                                   m_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY,
@@ -107,9 +109,9 @@ def forward_stats_kernel(
             v0 = vt * BLOCK_V
             acc = tl.zeros((BLOCK_M, BLOCK_V), tl.float32)
             for kk in tl.range(0, k_tiles, warp_specialize=WARP_SPEC):
-                a = load_tile(h_src, m0, kk * BLOCK_K, N, H, stride_h, BLOCK_M, BLOCK_K, USE_TMA)
-                b = load_tile(w_src, v0, kk * BLOCK_K, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
-                acc = dot_nt(a, b, acc, DOT_PRECISION, UPCAST_DOT)
+                acc = mma_step(h_src, h_lo_src, w_src, w_lo_src, m0, v0, kk * BLOCK_K, N, V, H,
+                               stride_h, stride_w, acc, BLOCK_M, BLOCK_V, BLOCK_K, USE_TMA, LO,
+                               DOT_PRECISION, UPCAST_DOT)
             m_i, s_i, t_i, zl_i = _fold_tile(acc, v0, labels, V, inv_t, inv_t_col,
                                               m_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY,
                                               LOGITS_DTYPE)
@@ -163,6 +165,9 @@ def forward_splits(n_tokens: int, num_v: int, num_sms: int, cfg: KernelConfig):
 def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
                   inv_temperature, with_entropy: bool, *, logits_dtype: torch.dtype | None = None,
                   config: KernelConfig | None = None, use_tma: bool | None = None) -> torch.Tensor:
+    """The contract's forward. Mixed operands (split_operand.py): an fp32 weight is split
+    a vocab chunk at a time (each chunk's statistics merged as the splits' are), fp32
+    hidden states a token block at a time."""
     check_device(hidden, weight, local_labels)
     rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
@@ -173,35 +178,74 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
         return stats
     hidden, weight = rowmajor(hidden), rowmajor(weight)
     labels = local_labels.contiguous()
-    tma = tma_supported(hidden, weight) if use_tma is None else use_tma
-    mma = mma_dtype(hidden, weight)
-    cfg = config or autotune_configs.forward_config(mma, tma, interpreting(),
-                                                    mixed=hidden.dtype != weight.dtype)
-
-    num_v = triton.cdiv(vocab, cfg.block_v)
-    splits, per_split, block_rows = forward_splits(n_tokens, num_v, sm_count(hidden.device), cfg)
-    part = None if splits == 1 else torch.empty(splits, block_rows, 4, dtype=torch.float32,
-                                                device=hidden.device)
-    inv_t_rows, inv_t = inv_t_args(inv_temperature)
-    for r0 in range(0, n_tokens, block_rows):
-        rows = min(block_rows, n_tokens - r0)
-        h = hidden[r0:r0 + rows]
-        # the kernel writes a contiguous [splits, rows, 4] block
-        out = stats[r0:r0 + rows] if part is None else \
-            part.view(-1)[:splits * rows * 4].view(splits, rows, 4)
-        forward_stats_kernel[(triton.cdiv(rows, cfg.block_m) * splits,)](
-            tile_source(h, [cfg.block_m, cfg.block_k], tma),
-            tile_source(weight, [cfg.block_v, cfg.block_k], tma),
-            labels[r0:r0 + rows], out,
-            stats if inv_t_rows is None else inv_t_rows[r0:r0 + rows],
-            rows, vocab, hidden_size, h.stride(0), weight.stride(0), inv_t,
-            splits, per_split, cfg.group_m,
-            BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
-            WITH_ENTROPY=bool(with_entropy), USE_TMA=tma, LOOP=cfg.loop,
-            WARP_SPEC=cfg.warp_specialize, DOT_PRECISION=dot_precision(mma),
-            UPCAST_DOT=upcast_dot(mma), ROW_INV_T=inv_t_rows is not None,
-            LOGITS_DTYPE=rounding, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )
-        if part is not None:
-            merge_splits(out, stats[r0:r0 + rows], bool(with_entropy))
+    lo, mma = lo_operand(hidden, weight), mma_dtype(hidden, weight)
+    if use_tma is None:  # the halves' rows must be 16-byte aligned too
+        use_tma = tma_supported(hidden, weight) and (lo == 0 or hidden_size % 8 == 0)
+    cfg = config or autotune_configs.forward_config(mma, use_tma, interpreting(), lo)
+    launch = _Launch(cfg, use_tma, lo, rounding, bool(with_entropy), inv_t_args(inv_temperature))
+    if lo != 2:
+        launch.rows(hidden, (weight, weight), labels, stats)
+        return stats
+    chunk = split_rows(vocab, hidden_size, cfg.block_v)
+    per_chunk = stats[None] if chunk == vocab else torch.empty(
+        triton.cdiv(vocab, chunk), n_tokens, 4, dtype=torch.float32, device=hidden.device)
+    w_halves = torch.empty(2, chunk, hidden_size, dtype=mma, device=hidden.device)
+    for c, v0 in enumerate(range(0, vocab, chunk)):
+        w_parts = split_hi_lo_into(weight[v0:v0 + chunk], w_halves)
+        launch.rows(hidden, w_parts, labels - v0 if v0 else labels, per_chunk[c])
+    if chunk < vocab:
+        merge_splits(per_chunk, stats, bool(with_entropy))
     return stats
+
+
+class _Launch:
+    """The kernel's launches over one vocab range, for forward_stats."""
+
+    def __init__(self, cfg, tma, lo, rounding, with_entropy, inv_t_args_):
+        self.cfg, self.tma, self.lo, self.rounding = cfg, tma, lo, rounding
+        self.with_entropy = with_entropy
+        self.inv_t_rows, self.inv_t = inv_t_args_
+
+    def rows(self, hidden, w_parts, labels, stats):
+        """stats [N, 4] of the vocab range whose weight is ``w_parts`` (the weight twice, or
+        an fp32 weight's hi and lo), over the tokens in row blocks (their splits merged)."""
+        cfg, tma, lo = self.cfg, self.tma, self.lo
+        n_tokens, hidden_size = hidden.shape
+        vocab = w_parts[0].shape[0]
+        num_v = triton.cdiv(vocab, cfg.block_v)
+        splits, per_split, block_rows = forward_splits(n_tokens, num_v, sm_count(hidden.device),
+                                                       cfg)
+        h_halves = None
+        if lo == 1:  # fp32 hidden states: split a block of rows at a time
+            block_rows = min(block_rows, split_rows(n_tokens, hidden_size, cfg.block_m))
+            h_halves = torch.empty(2, block_rows, hidden_size, dtype=w_parts[0].dtype,
+                                   device=hidden.device)
+        part = None if splits == 1 else torch.empty(splits, block_rows, 4, dtype=torch.float32,
+                                                    device=hidden.device)
+        w_src = tile_source(w_parts[0], [cfg.block_v, cfg.block_k], tma)
+        w_lo_src = tile_source(w_parts[1], [cfg.block_v, cfg.block_k], tma) if lo == 2 else w_src
+        mma = w_parts[0].dtype if lo else hidden.dtype
+        for r0 in range(0, n_tokens, block_rows):
+            rows = min(block_rows, n_tokens - r0)
+            h = hidden[r0:r0 + rows]
+            h_hi, h_lo = split_hi_lo_into(h, h_halves) if lo == 1 else (h, h)
+            h_src = tile_source(h_hi, [cfg.block_m, cfg.block_k], tma)
+            h_lo_src = tile_source(h_lo, [cfg.block_m, cfg.block_k], tma) if lo == 1 else h_src
+            # the kernel writes a contiguous [splits, rows, 4] block
+            out = stats[r0:r0 + rows] if part is None else \
+                part.view(-1)[:splits * rows * 4].view(splits, rows, 4)
+            inv_t_rows = self.inv_t_rows
+            forward_stats_kernel[(triton.cdiv(rows, cfg.block_m) * splits,)](
+                h_src, h_lo_src, w_src, w_lo_src, labels[r0:r0 + rows], out,
+                stats if inv_t_rows is None else inv_t_rows[r0:r0 + rows],
+                rows, vocab, hidden_size, h_hi.stride(0), w_parts[0].stride(0), self.inv_t,
+                splits, per_split, cfg.group_m,
+                BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
+                WITH_ENTROPY=self.with_entropy, USE_TMA=tma, LOOP=cfg.loop,
+                WARP_SPEC=cfg.warp_specialize, DOT_PRECISION=dot_precision(mma),
+                UPCAST_DOT=upcast_dot(mma), ROW_INV_T=inv_t_rows is not None,
+                LOGITS_DTYPE=self.rounding, LO=lo, num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages,
+            )
+            if part is not None:
+                merge_splits(out, stats[r0:r0 + rows], self.with_entropy)

@@ -43,11 +43,13 @@ import triton.language as tl
 from ..topk_merge import PAD_ID, order_candidates
 from . import autotune_configs
 from ._online_stats import empty_stats, fold_max, label_logit, pad_tile, store_stats, work_item
-from ._tiles import dot_nt, load_tile, round_logits
+from ._tiles import mma_step, round_logits
 from .autotune_configs import KernelConfig
-from .launch import (check_device, dot_precision, interpreting, inv_t_args, logits_rounding,
-                     mma_dtype, rowmajor, sm_count, tile_source, tma_supported, upcast_dot)
+from .launch import (check_device, dot_precision, interpreting, inv_t_args, lo_operand,
+                     logits_rounding, mma_dtype, rowmajor, sm_count, tile_source,
+                     tma_supported, upcast_dot)
 from .merge_splits import merge_splits
+from .split_operand import split_hi_lo_into, split_rows
 
 
 @triton.jit
@@ -115,16 +117,16 @@ def _offer_tile(acc, acc_max, arg_max, v0, run_v, run_i, BLOCK_M: tl.constexpr,
 
 @triton.jit
 def topk_stats_kernel(
-    h_src, w_src, labels_ptr, part_ptr, part_v_ptr, part_i_ptr, inv_t_ptr,
+    h_src, h_lo_src, w_src, w_lo_src, labels_ptr, part_ptr, part_v_ptr, part_i_ptr, inv_t_ptr,
     N, V, H, K, stride_h, stride_w, inv_t,
     num_splits, tiles_per_split, group_m,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KP: tl.constexpr,
     WITH_ENTROPY: tl.constexpr, USE_TMA: tl.constexpr, DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr, ROW_INV_T: tl.constexpr, OPAQUE_COLUMNS: tl.constexpr,
-    LOGITS_DTYPE: tl.constexpr,
+    LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr,
 ):
-    """Operand dtypes and ``LOGITS_DTYPE`` as logprob_forward's kernel: the raw tile is
-    rounded before the statistics and the top-k see it."""
+    """``LO`` and ``LOGITS_DTYPE`` as logprob_forward's kernel: the raw tile is rounded
+    before the statistics and the top-k see it."""
     split, m0, rows, labels, inv_t, inv_t_col, v_begin, v_end = work_item(
         labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, group_m,
         BLOCK_M, BLOCK_V, ROW_INV_T)
@@ -140,9 +142,9 @@ def topk_stats_kernel(
         v0 = vt * BLOCK_V
         acc = tl.zeros((BLOCK_M, BLOCK_V), tl.float32)
         for kk in range(0, k_tiles):
-            a = load_tile(h_src, m0, kk * BLOCK_K, N, H, stride_h, BLOCK_M, BLOCK_K, USE_TMA)
-            b = load_tile(w_src, v0, kk * BLOCK_K, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
-            acc = dot_nt(a, b, acc, DOT_PRECISION, UPCAST_DOT)
+            acc = mma_step(h_src, h_lo_src, w_src, w_lo_src, m0, v0, kk * BLOCK_K, N, V, H,
+                           stride_h, stride_w, acc, BLOCK_M, BLOCK_V, BLOCK_K, USE_TMA, LO,
+                           DOT_PRECISION, UPCAST_DOT)
         acc = round_logits(acc, LOGITS_DTYPE)
         zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
         acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
@@ -180,18 +182,19 @@ ITEM_COST_TILES = 2
 # Interpreter: tiny tiles.
 TOPK_16BIT = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8)
 TOPK_FP32 = KernelConfig(128, 64, 32, num_warps=8, num_stages=3, group_m=8)
-# Mixed operands: the log-prob forward's mixed tile (autotune_configs.FORWARD_MIXED).
-TOPK_MIXED = KernelConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=8)
+# Mixed operands (split_operand.py): the 16-bit tile with the 2 stages that fit either
+# operand's halves (autotune_configs.FORWARD_MIXED_WEIGHT).
+TOPK_MIXED = KernelConfig(128, 256, 64, num_warps=8, num_stages=2, group_m=8)
 # What tools/bench_distill.py --sweep tries.
 CANDIDATES = [TOPK_16BIT, KernelConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=8),
               KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=16)]
 
 
-def _config(dtype: torch.dtype, mixed: bool) -> KernelConfig:
-    """``dtype``: the tensor cores' (launch.mma_dtype); ``mixed``: one operand is fp32."""
+def _config(dtype: torch.dtype, lo: int) -> KernelConfig:
+    """``dtype``: the tensor cores' (launch.mma_dtype); ``lo``: launch.lo_operand."""
     if interpreting():
         return autotune_configs.forward_config(dtype, False, True)
-    if mixed:
+    if lo:
         return TOPK_MIXED
     return TOPK_FP32 if dtype == torch.float32 else TOPK_16BIT
 
@@ -226,22 +229,66 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
                inv_temperature, with_entropy: bool, k: int, *,
                logits_dtype: torch.dtype | None = None, config: KernelConfig | None = None,
                use_tma: bool | None = None, splits: int | None = None):
+    """The top-k stage contract. Mixed operands (split_operand.py): fp32 hidden states are
+    split a token block at a time (rows are independent), an fp32 weight a vocab chunk at
+    a time (the chunks' statistics merged as splits', their top-k lists as TP shards')."""
     check_device(hidden, weight, local_labels)
     rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
     vocab = weight.shape[0]
     dev = hidden.device
-    stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=dev)
     if n_tokens == 0 or vocab == 0:
+        stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=dev)
         stats[:, 0] = float("-inf")
         return (stats, torch.full((n_tokens, k), float("-inf"), device=dev),
                 torch.full((n_tokens, k), PAD_ID, dtype=torch.int64, device=dev))
     hidden, weight = rowmajor(hidden), rowmajor(weight)
     labels = local_labels.contiguous()
-    tma = tma_supported(hidden, weight) if use_tma is None else use_tma
-    mma = mma_dtype(hidden, weight)
-    cfg = config or _config(mma, hidden.dtype != weight.dtype)
+    lo, mma = lo_operand(hidden, weight), mma_dtype(hidden, weight)
+    if use_tma is None:  # the halves' rows must be 16-byte aligned too
+        use_tma = tma_supported(hidden, weight) and (lo == 0 or hidden_size % 8 == 0)
+    cfg = config or _config(mma, lo)
 
+    def run(h_parts, w_parts, labels, inv_t):
+        return _topk_range(h_parts, w_parts, labels, inv_t, bool(with_entropy), k, cfg,
+                           use_tma, lo, rounding, splits)
+
+    if lo == 1:
+        block = split_rows(n_tokens, hidden_size, cfg.block_m)
+        halves = torch.empty(2, block, hidden_size, dtype=mma, device=dev)
+        per_row = isinstance(inv_temperature, torch.Tensor)
+        outs = [run(split_hi_lo_into(hidden[r0:r0 + block], halves), (weight, weight),
+                    labels[r0:r0 + block],
+                    inv_temperature[r0:r0 + block] if per_row else inv_temperature)
+                for r0 in range(0, n_tokens, block)]
+        return tuple(torch.cat(parts) for parts in zip(*outs))
+    if lo == 0:
+        return run((hidden, hidden), (weight, weight), labels, inv_temperature)
+    chunk = split_rows(vocab, hidden_size, cfg.block_v)
+    halves = torch.empty(2, chunk, hidden_size, dtype=mma, device=dev)
+    per_chunk, values, ids = [], [], []
+    for v0 in range(0, vocab, chunk):
+        st, va, ix = run((hidden, hidden), split_hi_lo_into(weight[v0:v0 + chunk], halves),
+                         labels - v0 if v0 else labels, inv_temperature)
+        per_chunk.append(st)
+        values.append(va)
+        ids.append(torch.where(ix == PAD_ID, ix, ix + v0))
+    stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=dev)
+    merge_splits(torch.stack(per_chunk), stats, bool(with_entropy))
+    values, ids = order_candidates(torch.cat(values, 1), torch.cat(ids, 1), k)
+    return stats, values, ids
+
+
+def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
+                rounding, splits):
+    """topk_stats over the rows of ``h_parts`` and the vocab range of ``w_parts`` (each an
+    operand twice, or an fp32 operand's hi and lo)."""
+    (h_hi, h_lo), (w_hi, w_lo) = h_parts, w_parts
+    n_tokens, hidden_size = h_hi.shape
+    vocab = w_hi.shape[0]
+    dev = h_hi.device
+    mma = w_hi.dtype if lo == 1 else h_hi.dtype
+    stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=dev)
     num_m = triton.cdiv(n_tokens, cfg.block_m)
     num_v = triton.cdiv(vocab, cfg.block_v)
     if splits is None:
@@ -254,21 +301,23 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
     part_v = torch.empty(splits, n_tokens, k, dtype=torch.float32, device=dev)
     part_i = torch.empty(splits, n_tokens, k, dtype=torch.int32, device=dev)
     inv_t_rows, inv_t = inv_t_args(inv_temperature)
+    h_src = tile_source(h_hi, [cfg.block_m, cfg.block_k], tma)
+    w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], tma)
     topk_stats_kernel[(num_m * splits,)](
-        tile_source(hidden, [cfg.block_m, cfg.block_k], tma),
-        tile_source(weight, [cfg.block_v, cfg.block_k], tma),
+        h_src, tile_source(h_lo, [cfg.block_m, cfg.block_k], tma) if lo == 1 else h_src,
+        w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], tma) if lo == 2 else w_src,
         labels, part, part_v, part_i, stats if inv_t_rows is None else inv_t_rows,
-        n_tokens, vocab, hidden_size, k, hidden.stride(0), weight.stride(0), inv_t,
+        n_tokens, vocab, hidden_size, k, h_hi.stride(0), w_hi.stride(0), inv_t,
         splits, per_split, cfg.group_m,
         BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
-        KP=triton.next_power_of_2(k), WITH_ENTROPY=bool(with_entropy), USE_TMA=tma,
+        KP=triton.next_power_of_2(k), WITH_ENTROPY=with_entropy, USE_TMA=tma,
         DOT_PRECISION=dot_precision(mma), UPCAST_DOT=upcast_dot(mma),
         ROW_INV_T=inv_t_rows is not None, OPAQUE_COLUMNS=not interpreting(),
-        LOGITS_DTYPE=rounding,
+        LOGITS_DTYPE=rounding, LO=lo,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if splits > 1:
-        merge_splits(part, stats, bool(with_entropy))
+        merge_splits(part, stats, with_entropy)
     values = torch.empty(n_tokens, k, dtype=torch.float32, device=dev)
     ids = torch.empty(n_tokens, k, dtype=torch.int64, device=dev)
     step = max(1, MERGE_BUDGET_BYTES // (48 * splits * k))  # ~48 bytes of temporaries a pair
