@@ -12,8 +12,9 @@
 #   heads               `bench op`: bf16/TF32/fp32 heads and ours, flat/peaked logits, T = 1/0.7,
 #                       sampled labels, forward (ROUNDS)
 #   modes WHEELS        issue 18's precision modes: their GPU tests (and graphs, no-sync,
-#                       invariance), SWEEP=1 the mixed configs' sweep, `bench op` of each mode
-#                       against the bf16 GEMM (SHAPES, ROUNDS; OP=0 skips it)
+#                       invariance), SWEEP="fp32_hidden fp32_weight": the mixed configs' sweep
+#                       for those operands, `bench op` of each mode
+#                       against the bf16 GEMM (SHAPES, ROUNDS; OP=0 skips it, TESTS=0 the tests)
 #   smoke WHEELS        every GPU subcommand of `python -m tools.bench`, tiny, one GPU (~3 min)
 # WHEELS holds upstream's megatron_core-<release>-*.whl; PEER_WHEELS the peers' wheels
 # (docs/BENCHMARKS.md says how they are made).
@@ -128,14 +129,14 @@ heads)
 modes)
   install_upstream 0.19.2 "$1" /tmp/site || exit 1
   export PYTHONPATH=/tmp/site:$PWD CUDA_VISIBLE_DEVICES=0
-  timeout "${PYTEST_TIMEOUT:-330}" python3 -m pytest -q -s -p no:cacheprovider -rs -m gpu \
-    tests/ops/test_head_precision.py tests/ops/test_cuda_graphs.py \
+  [ "${TESTS:-1}" = 0 ] || timeout "${PYTEST_TIMEOUT:-330}" python3 -m pytest -q -s -rs \
+    -p no:cacheprovider -m gpu tests/ops/test_head_precision.py tests/ops/test_cuda_graphs.py \
     tests/ops/test_batch_invariance_gpu.py tests/ops/test_triton_gpu.py \
     tests/ops/test_triton_distill_gpu.py 2>&1 | tee "$OUT/pytest.txt" |
     grep -E "ours|passed|failed|Error|assert" | tail -40
-  if [ -n "${SWEEP:-}" ]; then for operands in fp32_hidden fp32_weight; do
-    bench op --sweep $SHAPE8K --sweep-operands $operands --out "$OUT/sweep" 2>&1 | tail -14
-  done; fi
+  for operands in ${SWEEP:-}; do  # e.g. SWEEP="fp32_hidden fp32_weight"
+    bench op --sweep $SHAPE8K --sweep-operands $operands --out "$OUT/sweep" 2>&1 | tail -16
+  done
   [ "${OP:-1}" = 0 ] || bench op ${SHAPES:+--shapes "$SHAPES"} --rounds ${ROUNDS:-3} \
     --no-grad-check --out "$OUT/op" \
     --methods gemm,ours,ours_bf16_logits,ours_fp32_hidden,ours_fp32_weight 2>&1 | tail -20

@@ -243,7 +243,7 @@ def test_triton_modes_gradients_and_distillation_ops(mode):
     # A rounded logit whose fp32 sum (in another order than fp64's) lies at a rounding
     # boundary may round the other way: one ulp of that logit, for a few of them
     ulp = torch.finfo(logits_dtype).eps * z64.abs().max().item() if logits_dtype else 0.0
-    mean_tol = 1e-4 if logits_dtype else 2e-5
+    mean_tol = 1e-4 if logits_dtype else 5e-5
     top = linear_topk_logprobs(hidden, weight, 8, logits_dtype=logits_dtype)
     values = logp.gather(1, top.topk_ids)
     at, _ = linear_logprobs_at(hidden, weight, top.topk_ids, logits_dtype=logits_dtype)

@@ -71,12 +71,15 @@ BACKWARD_16BIT = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, loop=0)
 FORWARD_FP32 = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, loop=0)
 BACKWARD_FP32 = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, loop=0)
 # Mixed operands (an fp32 operand as hi + lo halves, split_operand.py): the split operand
-# brings two tiles a K step, so the shared memory per stage grows by one tile; the
-# 16-bit tile otherwise, with the stages that fit 227 KiB (fp32 hidden states: 3 x 64 KiB;
-# an fp32 weight: 2 x 80 KiB). The sweep of MIXED_CANDIDATES (docs/BENCHMARKS.md) picks.
+# brings two tiles a K step, so a stage takes one tile more shared memory. Sweep on one
+# H200 at N=8192, H=4096, V=151936 (docs/BENCHMARKS.md), forward / backward x the bf16 GEMM:
+# fp32 hidden states 128x256x64 s3 1.92 / -, 128x256x32 s4 1.98 / 5.16 (s2 of the first
+# 2.24 / 5.21; 128x128 tiles 2.03-2.15 / 5.18-5.22); an fp32 weight 128x256x32 s4 2.31 /
+# 5.77, 128x128x64 s3 2.43 / 5.72, 128x256x64 s2 2.75 / 5.99 (s3 does not fit).
 FORWARD_MIXED_HIDDEN = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8, loop=0)
-FORWARD_MIXED_WEIGHT = KernelConfig(128, 256, 64, num_warps=8, num_stages=2, group_m=8, loop=0)
-BACKWARD_MIXED = KernelConfig(128, 256, 64, num_warps=8, num_stages=2, loop=0)
+FORWARD_MIXED_WEIGHT = KernelConfig(128, 256, 32, num_warps=8, num_stages=4, group_m=8, loop=0)
+BACKWARD_MIXED_HIDDEN = KernelConfig(128, 256, 32, num_warps=8, num_stages=4, loop=0)
+BACKWARD_MIXED_WEIGHT = KernelConfig(128, 128, 64, num_warps=8, num_stages=3, loop=0)
 # Pre-Hopper GPUs and unaligned tensors: pointer loads (cp.async pipelining).
 FORWARD_PORTABLE = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, loop=0)
 BACKWARD_PORTABLE = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, loop=0)
@@ -111,6 +114,9 @@ MIXED_CANDIDATES = [
     KernelConfig(128, 256, 32, num_warps=8, num_stages=4, group_m=8),
     KernelConfig(128, 128, 64, num_warps=8, num_stages=4, group_m=8),
     KernelConfig(128, 128, 64, num_warps=8, num_stages=3, group_m=8),
+    # an fp32 weight: the doubled operand on the smaller side, as fp32 hidden states' is
+    KernelConfig(256, 128, 64, num_warps=8, num_stages=3, group_m=8),
+    KernelConfig(256, 128, 64, num_warps=8, num_stages=2, group_m=8),
 ]
 
 
@@ -119,7 +125,7 @@ MIXED_CANDIDATES = [
 _DEFAULTS = {"forward": (FORWARD_FP32, FORWARD_16BIT, FORWARD_PORTABLE,
                          {1: FORWARD_MIXED_HIDDEN, 2: FORWARD_MIXED_WEIGHT}),
              "backward": (BACKWARD_FP32, BACKWARD_16BIT, BACKWARD_PORTABLE,
-                          {1: BACKWARD_MIXED, 2: BACKWARD_MIXED})}
+                          {1: BACKWARD_MIXED_HIDDEN, 2: BACKWARD_MIXED_WEIGHT})}
 
 
 def _default(stage: str, dtype: torch.dtype, use_tma: bool, interpret: bool,
