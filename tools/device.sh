@@ -14,7 +14,8 @@
 #   modes WHEELS        issue 18's precision modes: their GPU tests (and graphs, no-sync,
 #                       invariance), SWEEP="fp32_hidden fp32_weight": the mixed configs' sweep
 #                       for those operands, `bench op` of each mode
-#                       against the bf16 GEMM (SHAPES, ROUNDS; OP=0 skips it, TESTS=0 the tests)
+#                       against the bf16 GEMM (SHAPES, ROUNDS, METHODS; OP=0 skips it, TESTS=0 the
+#                       tests)
 #   smoke WHEELS        every GPU subcommand of `python -m tools.bench`, tiny, one GPU (~3 min)
 # WHEELS holds upstream's megatron_core-<release>-*.whl; PEER_WHEELS the peers' wheels
 # (docs/BENCHMARKS.md says how they are made).
@@ -139,7 +140,8 @@ modes)
   done
   [ "${OP:-1}" = 0 ] || bench op ${SHAPES:+--shapes "$SHAPES"} --rounds ${ROUNDS:-3} \
     --no-grad-check --out "$OUT/op" \
-    --methods gemm,ours,ours_bf16_logits,ours_fp32_hidden,ours_fp32_weight 2>&1 | tail -20
+    --methods ${METHODS:-gemm,ours,ours_bf16_logits,ours_fp32_hidden,ours_fp32_weight} 2>&1 |
+    tail -20
   ;;
 smoke)
   install_upstream 0.19.2 "$1" /tmp/site || exit 1

@@ -71,13 +71,15 @@ BACKWARD_16BIT = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, loop=0)
 FORWARD_FP32 = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, loop=0)
 BACKWARD_FP32 = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, loop=0)
 # Mixed operands (an fp32 operand as hi + lo halves, split_operand.py): the split operand
-# brings two tiles a K step, so a stage takes one tile more shared memory. Sweep on one
-# H200 at N=8192, H=4096, V=151936 (docs/BENCHMARKS.md), forward / backward x the bf16 GEMM:
+# brings two tiles a K step, so a stage takes one tile more shared memory; the doubled
+# operand goes on the 128-row side of a 128 x 256 (256 x 128) tile. Sweeps on one H200 at
+# N=8192, H=4096, V=151936 (docs/BENCHMARKS.md), forward / backward x the bf16 GEMM:
 # fp32 hidden states 128x256x64 s3 1.92 / -, 128x256x32 s4 1.98 / 5.16 (s2 of the first
-# 2.24 / 5.21; 128x128 tiles 2.03-2.15 / 5.18-5.22); an fp32 weight 128x256x32 s4 2.31 /
-# 5.77, 128x128x64 s3 2.43 / 5.72, 128x256x64 s2 2.75 / 5.99 (s3 does not fit).
+# 2.24 / 5.21; 128x128 tiles 2.03-2.15 / 5.18-5.22); an fp32 weight 256x128x64 s3 2.17 / -,
+# 128x256x32 s4 2.26 / 5.51, 128x128x64 s3 2.39 / 5.41 (2.43 / 5.72 in a first sweep),
+# 128x256x64 s2 2.62 / 5.73; the s3 forms of the backward's 256-row tiles do not fit.
 FORWARD_MIXED_HIDDEN = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8, loop=0)
-FORWARD_MIXED_WEIGHT = KernelConfig(128, 256, 32, num_warps=8, num_stages=4, group_m=8, loop=0)
+FORWARD_MIXED_WEIGHT = KernelConfig(256, 128, 64, num_warps=8, num_stages=3, group_m=8, loop=0)
 BACKWARD_MIXED_HIDDEN = KernelConfig(128, 256, 32, num_warps=8, num_stages=4, loop=0)
 BACKWARD_MIXED_WEIGHT = KernelConfig(128, 128, 64, num_warps=8, num_stages=3, loop=0)
 # Pre-Hopper GPUs and unaligned tensors: pointer loads (cp.async pipelining).
