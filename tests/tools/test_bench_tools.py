@@ -250,6 +250,20 @@ def test_cpu_smoke_run_of_the_head_precision_comparison(tmp_path):
     assert rows["ours"]["lp_mean_err"] < rows["materialized"]["lp_mean_err"] / 10
 
 
+def test_cpu_smoke_run_of_the_precision_modes(tmp_path):
+    # op with issue 18's modes: rounded logits (checked against fp64 like ours) and the two
+    # mixed-operand methods (timed only: their fp32 inputs are not the reference's)
+    out = tmp_path / "modes"
+    assert bench([
+        "op", "--device", "cpu", "--shapes", "64,32,512", "--rounds", "2", "--burst-ms", "2",
+        "--heat-s", "0", "--methods", "gemm,ours,ours_bf16_logits,ours_fp32_hidden,ours_fp32_weight",
+        "--out", str(out)]) == 0
+    rows = {r["method"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
+    assert all("fwd_ms" in r and "fb_ms" in r for r in rows.values()), rows
+    assert rows["ours_bf16_logits"]["lp_mean_err"] > 10 * rows["ours"]["lp_mean_err"]
+    assert "lp_err" not in rows["ours_fp32_hidden"] and "lp_err" not in rows["ours_fp32_weight"]
+
+
 def test_sampled_labels_follow_the_softmax():
     from tools.bench.inputs import fp64_reference, make_inputs
     got = {}

@@ -25,8 +25,14 @@ warp_specialize op; its docs say Blackwell), so the default leaves it off. The n
 with TMA loads and 3 pipeline stages already runs at cuBLAS's speed (docs/BENCHMARKS.md).
 All forms run under TRITON_INTERPRET=1 with pointer loads.
 
+Precision modes (ops/stages.py): ``LOGITS_DTYPE`` rounds each tile in the epilogue
+(``_tiles.round_logits``); ``LO``: an fp32 operand arrives as its 16-bit hi and lo halves
+(split_operand.py) and each K step runs two MMAs (``_tiles.mma_step``).
+
 Launch (below the kernel): ``forward_stats``, the stage contract's forward (ops/stages.py):
-the split count, row blocks under batch invariance, and the splits' merge (merge_splits.py).
+the split count, row blocks under batch invariance (and the hidden states' halves), the
+vocab chunks of an fp32 weight's halves, and the merges of splits and chunks
+(merge_splits.py).
 """
 
 from __future__ import annotations

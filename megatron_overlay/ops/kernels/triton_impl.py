@@ -1,7 +1,7 @@
 """The log-prob stages on Triton kernels: ops.stages.LogprobStages, composed of stage files.
 
-    forward_stats   logprob_forward.py  (+ merge_splits.py)
-    backward        logprob_backward.py (+ sparse_grad.py, gemm_fp32.py)
+    forward_stats   logprob_forward.py  (+ merge_splits.py, split_operand.py)
+    backward        logprob_backward.py (+ sparse_grad.py, gemm_fp32.py, split_operand.py)
     logits_at       gather_dot.py
 
 What ops/stages.py's ``pick_impl`` returns on CUDA. Each stage takes keyword-only extras
