@@ -3,8 +3,9 @@
 The op forward, forward+backward, and ``fused_logprob`` inside a megatron GPTModel
 forward are captured with ``torch.cuda.graph`` and replayed: bitwise equal to eager, also
 after new data is copied into the static inputs. ``torch.cuda.set_sync_debug_mode("error")``
-proves the forward and backward never wait for the GPU, in each precision mode; out-of-range labels are
-then reported by ``check_labels()`` / the next call (ops/label_check.py).
+proves the forward and backward never wait for the GPU, in each precision mode;
+out-of-range labels are then reported by ``check_labels()`` / the next call
+(ops/label_check.py).
 """
 
 from __future__ import annotations

@@ -256,7 +256,8 @@ def test_cpu_smoke_run_of_the_precision_modes(tmp_path):
     out = tmp_path / "modes"
     assert bench([
         "op", "--device", "cpu", "--shapes", "64,32,512", "--rounds", "2", "--burst-ms", "2",
-        "--heat-s", "0", "--methods", "gemm,ours,ours_bf16_logits,ours_fp32_hidden,ours_fp32_weight",
+        "--heat-s", "0", "--methods",
+        "gemm,ours,ours_bf16_logits,ours_fp32_hidden,ours_fp32_weight",
         "--out", str(out)]) == 0
     rows = {r["method"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
     assert all("fwd_ms" in r and "fb_ms" in r for r in rows.values()), rows

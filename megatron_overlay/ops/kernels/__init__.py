@@ -7,7 +7,7 @@
     sparse_grad.py        backward: the sparse indicator terms added to that chunk
     gemm_fp32.py          backward: the chunk's two cuBLAS GEMMs with fp32 outputs (no Triton)
     gather_dot.py         logits at a few given ids per token
-    split_operand.py      mixed operands: an fp32 operand as 16-bit hi + lo halves, a block at a time
+    split_operand.py      mixed operands: an fp32 operand as 16-bit hi + lo halves
     _online_stats.py      device helpers of both forward kernels (work item, folds, stores)
     _tiles.py             device tile helpers (TMA or pointer loads, grouped tile order)
     launch.py             host helpers of every launcher (devices, load paths, arguments)

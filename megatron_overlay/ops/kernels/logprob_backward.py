@@ -66,8 +66,9 @@ def _grad_tile(acc, rows, cols, N, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr, g_
 
 @triton.jit
 def grad_logits_kernel(
-    h_src, h_lo_src, w_src, w_lo_src, g_dst, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr, g_ent_ptr, scale_ptr,
-    inv_t_ptr, N, V, H, stride_h, stride_w, stride_g, inv_t, group_m, num_progs,
+    h_src, h_lo_src, w_src, w_lo_src, g_dst, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr,
+    g_ent_ptr, scale_ptr, inv_t_ptr, N, V, H, stride_h, stride_w, stride_g, inv_t, group_m,
+    num_progs,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_ENTROPY: tl.constexpr, HAS_SCALE: tl.constexpr, USE_TMA: tl.constexpr,
     FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
@@ -105,8 +106,8 @@ def grad_logits_kernel(
         pid_m, pid_v = grouped_ids(tile_c, num_m, num_v, group_m)
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
-        grad = _grad_tile(round_logits(acc, LOGITS_DTYPE), rows, cols, N, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr,
-                          g_ent_ptr, inv_t, inv_t_ptr, scale, HAS_ENTROPY,
+        grad = _grad_tile(round_logits(acc, LOGITS_DTYPE), rows, cols, N, labels_ptr, lse_ptr,
+                          mean_z_ptr, g_lp_ptr, g_ent_ptr, inv_t, inv_t_ptr, scale, HAS_ENTROPY,
                           ROW_INV_T).to(out_dtype)
         if USE_TMA:  # the copy engine clips the out-of-bounds part of the box
             g_dst.store([pid_m * BLOCK_M, pid_v * BLOCK_V], grad)
@@ -177,9 +178,9 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     mean_z = f32(mean_z) if has_entropy else lse
     g_ent = f32(grad_entropy) if has_entropy else lse
 
-    if use_tma is None:  # the halves' rows must be 16-byte aligned too
-        use_tma = tma_supported(hidden, weight) and (lo == 0 or hidden_size % 8 == 0)
     tma = use_tma
+    if tma is None:  # the halves' rows must be 16-byte aligned too
+        tma = tma_supported(hidden, weight) and (lo == 0 or hidden_size % 8 == 0)
     cfg = config or autotune_configs.backward_config(mma, tma, interpreting(), lo)
 
     # fp16 only: d(logits) ~ p * g underflows fp16 for typical loss scales (g ~ 1/N), so
