@@ -275,8 +275,14 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
         ids.append(torch.where(ix == PAD_ID, ix, ix + v0))
     stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=dev)
     merge_splits(torch.stack(per_chunk), stats, bool(with_entropy))
-    values, ids = order_candidates(torch.cat(values, 1), torch.cat(ids, 1), k)
-    return stats, values, ids
+    values, ids = torch.cat(values, 1), torch.cat(ids, 1)
+    top_v = torch.empty(n_tokens, k, dtype=torch.float32, device=dev)
+    top_i = torch.empty(n_tokens, k, dtype=torch.int64, device=dev)
+    step = max(1, MERGE_BUDGET_BYTES // (48 * values.shape[1]))  # as _topk_range's merge
+    for r0 in range(0, n_tokens, step):
+        rows = slice(r0, r0 + step)
+        top_v[rows], top_i[rows] = order_candidates(values[rows], ids[rows], k)
+    return stats, top_v, top_i
 
 
 def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
