@@ -20,6 +20,8 @@ import pytest
 import torch
 
 from megatron_overlay.ops import linear_logprob_entropy, linear_logprobs_at, linear_topk_logprobs
+# not bf16-exact fp32 operands (so the kernels' hi + lo split is exercised), as the benchmark's
+from tools.bench.inputs import fp32_copy
 
 LOGIT_STD = {"flat": 1.4, "peaked": 4.0}  # std of hidden @ W.T before the temperature
 CASES = [(logits, t) for logits in LOGIT_STD for t in (1.0, 0.7)]
@@ -167,13 +169,6 @@ def test_other_dtype_pairs_and_logits_dtypes_are_refused():
         linear_topk_logprobs(hidden, weight.bfloat16(), 2, logits_dtype="fp8")
 
 
-def _fp32_operand(t, seed):
-    """An fp32 tensor near ``t`` that is not bf16-exact (an fp32 residual stream or head
-    weight), so that the kernels' split into hi + lo is exercised."""
-    g = torch.Generator(device=t.device).manual_seed(seed)
-    return t.float() * (1 + 2 ** -9 * torch.randn(t.shape, device=t.device, generator=g))
-
-
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (Triton kernels)")
 
 
@@ -198,9 +193,9 @@ def test_triton_logits_dtype_bfloat16_reproduces_the_bf16_head(logits, t):
 def test_triton_mixed_operands_are_an_fp32_head(operand, logits, t):
     hidden, weight, labels, _ = _case(2048, 4096, 151936, logits, t, "cuda")
     if operand == "hidden":
-        hidden = _fp32_operand(hidden, 1)
+        hidden = fp32_copy(hidden, 1)
     else:
-        weight = _fp32_operand(weight, 2)
+        weight = fp32_copy(weight, 2)
     ref64 = torch.log_softmax(hidden.double() @ weight.double().T / t, -1).gather(
         1, labels[:, None])[:, 0]
     ours = linear_logprob_entropy(hidden, weight, labels, temperature=t)[0]
@@ -221,9 +216,9 @@ def test_triton_modes_gradients_and_distillation_ops(mode):
     hidden, weight, labels, _ = _case(1024, 1024, 32768, "peaked", 0.7, "cuda")
     logits_dtype = getattr(torch, mode, None)
     if mode == "fp32 hidden":
-        hidden = _fp32_operand(hidden, 3)
+        hidden = fp32_copy(hidden, 3)
     elif mode == "fp32 weight":
-        weight = _fp32_operand(weight, 4)
+        weight = fp32_copy(weight, 4)
     h64, w64, lp64, ent64 = _straight_through(hidden, weight, labels, 0.7, logits_dtype)
     (lp64.sum() * 0.3 + ent64.sum() * 0.7).backward()
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()

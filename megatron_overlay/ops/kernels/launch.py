@@ -88,6 +88,14 @@ def tma_supported(*tensors: torch.Tensor) -> bool:
     return all(tma_aligned(t) for t in tensors)
 
 
+def default_tma(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
+    """A stage's load path unless told: TMA where ``tma_supported``, and for mixed operands
+    only where the 16-bit halves' rows (H x 2 bytes, split_operand.py) are 16-byte aligned
+    too."""
+    return tma_supported(hidden, weight) and (lo_operand(hidden, weight) == 0
+                                              or hidden.shape[1] % 8 == 0)
+
+
 def rowmajor(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 

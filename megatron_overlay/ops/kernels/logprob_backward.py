@@ -35,9 +35,9 @@ from . import autotune_configs
 from ._tiles import grouped_ids, mma_step, round_logits
 from .autotune_configs import KernelConfig
 from .gemm_fp32 import matmul_fp32
-from .launch import (check_device, dot_precision, interpreting, inv_t_args, lo_operand,
-                     logits_rounding, mma_dtype, rowmajor, sm_count, tile_source, tma_aligned,
-                     tma_supported, upcast_dot)
+from .launch import (check_device, default_tma, dot_precision, interpreting, inv_t_args,
+                     lo_operand, logits_rounding, mma_dtype, rowmajor, sm_count, tile_source,
+                     tma_aligned, upcast_dot)
 from .sparse_grad import add_sparse_grad
 from .split_operand import split_hi_lo_into
 
@@ -178,9 +178,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     mean_z = f32(mean_z) if has_entropy else lse
     g_ent = f32(grad_entropy) if has_entropy else lse
 
-    tma = use_tma
-    if tma is None:  # the halves' rows must be 16-byte aligned too
-        tma = tma_supported(hidden, weight) and (lo == 0 or hidden_size % 8 == 0)
+    tma = default_tma(hidden, weight) if use_tma is None else use_tma
     cfg = config or autotune_configs.backward_config(mma, tma, interpreting(), lo)
 
     # fp16 only: d(logits) ~ p * g underflows fp16 for typical loss scales (g ~ 1/N), so

@@ -49,9 +49,9 @@ from . import autotune_configs
 from ._online_stats import empty_stats, fold_max, label_logit, pad_tile, store_stats, work_item
 from ._tiles import mma_step, round_logits
 from .autotune_configs import KernelConfig
-from .launch import (check_device, dot_precision, interpreting, inv_t_args, lo_operand,
-                     logits_rounding, mma_dtype, rowmajor, sm_count, tile_source,
-                     tma_supported, upcast_dot)
+from .launch import (check_device, default_tma, dot_precision, interpreting, inv_t_args,
+                     lo_operand, logits_rounding, mma_dtype, rowmajor, sm_count, tile_source,
+                     upcast_dot)
 from .merge_splits import merge_splits
 from .split_operand import split_hi_lo_into, split_rows
 
@@ -185,10 +185,11 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
     hidden, weight = rowmajor(hidden), rowmajor(weight)
     labels = local_labels.contiguous()
     lo, mma = lo_operand(hidden, weight), mma_dtype(hidden, weight)
-    if use_tma is None:  # the halves' rows must be 16-byte aligned too
-        use_tma = tma_supported(hidden, weight) and (lo == 0 or hidden_size % 8 == 0)
+    if use_tma is None:
+        use_tma = default_tma(hidden, weight)
     cfg = config or autotune_configs.forward_config(mma, use_tma, interpreting(), lo)
-    launch = _Launch(cfg, use_tma, lo, rounding, bool(with_entropy), inv_t_args(inv_temperature))
+    launch = _Launch(cfg, use_tma, lo, mma, rounding, bool(with_entropy),
+                     inv_t_args(inv_temperature))
     if lo != 2:
         launch.rows(hidden, (weight, weight), labels, stats)
         return stats
@@ -207,15 +208,15 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
 class _Launch:
     """The kernel's launches over one vocab range, for forward_stats."""
 
-    def __init__(self, cfg, tma, lo, rounding, with_entropy, inv_t_args_):
-        self.cfg, self.tma, self.lo, self.rounding = cfg, tma, lo, rounding
+    def __init__(self, cfg, tma, lo, mma, rounding, with_entropy, inv_t_args_):
+        self.cfg, self.tma, self.lo, self.mma, self.rounding = cfg, tma, lo, mma, rounding
         self.with_entropy = with_entropy
         self.inv_t_rows, self.inv_t = inv_t_args_
 
     def rows(self, hidden, w_parts, labels, stats):
         """stats [N, 4] of the vocab range whose weight is ``w_parts`` (the weight twice, or
         an fp32 weight's hi and lo), over the tokens in row blocks (their splits merged)."""
-        cfg, tma, lo = self.cfg, self.tma, self.lo
+        cfg, tma, lo, mma = self.cfg, self.tma, self.lo, self.mma
         n_tokens, hidden_size = hidden.shape
         vocab = w_parts[0].shape[0]
         num_v = triton.cdiv(vocab, cfg.block_v)
@@ -224,13 +225,11 @@ class _Launch:
         h_halves = None
         if lo == 1:  # fp32 hidden states: split a block of rows at a time
             block_rows = min(block_rows, split_rows(n_tokens, hidden_size, cfg.block_m))
-            h_halves = torch.empty(2, block_rows, hidden_size, dtype=w_parts[0].dtype,
-                                   device=hidden.device)
+            h_halves = torch.empty(2, block_rows, hidden_size, dtype=mma, device=hidden.device)
         part = None if splits == 1 else torch.empty(splits, block_rows, 4, dtype=torch.float32,
                                                     device=hidden.device)
         w_src = tile_source(w_parts[0], [cfg.block_v, cfg.block_k], tma)
         w_lo_src = tile_source(w_parts[1], [cfg.block_v, cfg.block_k], tma) if lo == 2 else w_src
-        mma = w_parts[0].dtype if lo else hidden.dtype
         for r0 in range(0, n_tokens, block_rows):
             rows = min(block_rows, n_tokens - r0)
             h = hidden[r0:r0 + rows]

@@ -45,9 +45,9 @@ from . import autotune_configs
 from ._online_stats import empty_stats, fold_max, label_logit, pad_tile, store_stats, work_item
 from ._tiles import mma_step, round_logits
 from .autotune_configs import KernelConfig
-from .launch import (check_device, dot_precision, interpreting, inv_t_args, lo_operand,
-                     logits_rounding, mma_dtype, rowmajor, sm_count, tile_source,
-                     tma_supported, upcast_dot)
+from .launch import (check_device, default_tma, dot_precision, interpreting, inv_t_args,
+                     lo_operand, logits_rounding, mma_dtype, rowmajor, sm_count, tile_source,
+                     upcast_dot)
 from .merge_splits import merge_splits
 from .split_operand import split_hi_lo_into, split_rows
 
@@ -245,13 +245,13 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
     hidden, weight = rowmajor(hidden), rowmajor(weight)
     labels = local_labels.contiguous()
     lo, mma = lo_operand(hidden, weight), mma_dtype(hidden, weight)
-    if use_tma is None:  # the halves' rows must be 16-byte aligned too
-        use_tma = tma_supported(hidden, weight) and (lo == 0 or hidden_size % 8 == 0)
+    if use_tma is None:
+        use_tma = default_tma(hidden, weight)
     cfg = config or _config(mma, lo)
 
     def run(h_parts, w_parts, labels, inv_t):
         return _topk_range(h_parts, w_parts, labels, inv_t, bool(with_entropy), k, cfg,
-                           use_tma, lo, rounding, splits)
+                           use_tma, lo, mma, rounding, splits)
 
     if lo == 1:
         block = split_rows(n_tokens, hidden_size, cfg.block_m)
@@ -276,24 +276,32 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
     stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=dev)
     merge_splits(torch.stack(per_chunk), stats, bool(with_entropy))
     values, ids = torch.cat(values, 1), torch.cat(ids, 1)
-    top_v = torch.empty(n_tokens, k, dtype=torch.float32, device=dev)
-    top_i = torch.empty(n_tokens, k, dtype=torch.int64, device=dev)
-    step = max(1, MERGE_BUDGET_BYTES // (48 * values.shape[1]))  # as _topk_range's merge
-    for r0 in range(0, n_tokens, step):
-        rows = slice(r0, r0 + step)
-        top_v[rows], top_i[rows] = order_candidates(values[rows], ids[rows], k)
+    top_v, top_i = _best_k(n_tokens, k, values.shape[1], lambda rows: (values[rows], ids[rows]),
+                           dev)
     return stats, top_v, top_i
 
 
+def _best_k(n_tokens, k, width, candidates, dev):
+    """([N, k] values, ids): the best k of each row's ``width`` candidates
+    (``candidates(rows)`` -> their [rows, width] values and ids), ordered a block of rows at a
+    time within MERGE_BUDGET_BYTES (~48 bytes of sort temporaries a candidate)."""
+    values = torch.empty(n_tokens, k, dtype=torch.float32, device=dev)
+    ids = torch.empty(n_tokens, k, dtype=torch.int64, device=dev)
+    step = max(1, MERGE_BUDGET_BYTES // (48 * width))
+    for r0 in range(0, n_tokens, step):
+        rows = slice(r0, r0 + step)
+        values[rows], ids[rows] = order_candidates(*candidates(rows), k)
+    return values, ids
+
+
 def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
-                rounding, splits):
+                mma, rounding, splits):
     """topk_stats over the rows of ``h_parts`` and the vocab range of ``w_parts`` (each an
     operand twice, or an fp32 operand's hi and lo)."""
     (h_hi, h_lo), (w_hi, w_lo) = h_parts, w_parts
     n_tokens, hidden_size = h_hi.shape
     vocab = w_hi.shape[0]
     dev = h_hi.device
-    mma = w_hi.dtype if lo == 1 else h_hi.dtype
     stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=dev)
     num_m = triton.cdiv(n_tokens, cfg.block_m)
     num_v = triton.cdiv(vocab, cfg.block_v)
@@ -324,13 +332,10 @@ def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     )
     if splits > 1:
         merge_splits(part, stats, with_entropy)
-    values = torch.empty(n_tokens, k, dtype=torch.float32, device=dev)
-    ids = torch.empty(n_tokens, k, dtype=torch.int64, device=dev)
-    step = max(1, MERGE_BUDGET_BYTES // (48 * splits * k))  # ~48 bytes of temporaries a pair
-    for r0 in range(0, n_tokens, step):
-        rows = slice(r0, r0 + step)
+
+    def candidates(rows):  # the splits' lists of these rows side by side
         cand_i = part_i[:, rows].permute(1, 0, 2).reshape(-1, splits * k).long()
         cand_i = torch.where(cand_i >= vocab, PAD_ID, cand_i)  # unfilled slots
-        cand_v = part_v[:, rows].permute(1, 0, 2).reshape(-1, splits * k)
-        values[rows], ids[rows] = order_candidates(cand_v, cand_i, k)
-    return stats, values, ids
+        return part_v[:, rows].permute(1, 0, 2).reshape(-1, splits * k), cand_i
+
+    return (stats, *_best_k(n_tokens, k, splits * k, candidates, dev))
