@@ -12,7 +12,7 @@ the number of tokens N in the call and the row's position, when this is on (the 
   transcendental functions on [N] vectors run in fixed-size blocks (``per_element``),
   because ATen computes a vector's tail with the scalar libm function and the rest with
   SIMD code, which can differ in the last bit.
-* The merge of TP shards (vocab_parallel.merge_stats) adds shards in rank order.
+* The merge of TP shards (the stages' ``finalize``) adds shards in rank order.
 
 The backward (d_hidden rows) is not covered: cuBLAS picks its algorithm by shape.
 """

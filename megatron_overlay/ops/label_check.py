@@ -9,8 +9,10 @@ of the GPU once per microbatch) and breaks ``torch.cuda.graph`` capture. So:
   any work (one sync on CUDA).
 * CUDA, default: the op computes a per-token ``bad`` mask on the device, makes those
   tokens' log-probs and their gradients NaN (so nothing downstream is silently wrong), and
-  ``defer`` writes a 4-number record (count, smallest and largest bad id, first bad
-  position) to pinned host memory with an asynchronous copy. The host learns of it, and
+  ``defer`` (or ``defer_record``, for a record the stages' ``finalize`` made) copies a
+  record (rows of 4 numbers: count, smallest and largest bad id, first bad position, one
+  row per block of tokens, reduced on the host when read) to pinned host memory with an
+  asynchronous copy. The host learns of it, and
   ``ValueError`` is raised naming the labels, at the first of:
     1. the start of any later forward of the op, or the backward of any call, once the
        GPU has finished that copy (polled with ``Event.query()``: no wait);
@@ -83,7 +85,7 @@ def _ids_message(count: int, low: int, high: int, first: int, vocab_size: int, k
 def check_eagerly(labels: torch.Tensor, vocab_size: int, ignore_index: int) -> None:
     """Raise ``ValueError`` now if any label is out of range (one host sync on CUDA)."""
     if labels.numel():
-        _raise_if_bad(_record(bad_labels(labels, vocab_size, ignore_index), labels),
+        _raise_if_bad(record(bad_labels(labels, vocab_size, ignore_index), labels),
                       partial(_message, vocab_size=vocab_size, ignore_index=ignore_index))
 
 
@@ -91,7 +93,7 @@ def check_ids_eagerly(ids: torch.Tensor, vocab_size: int, name: str = "token_ids
     """Raise ``ValueError`` now if any id of ``ids`` [N, K] is out of range (one host sync
     on CUDA)."""
     if ids.numel():
-        _raise_if_bad(_record(bad_ids(ids, vocab_size), ids),
+        _raise_if_bad(record(bad_ids(ids, vocab_size), ids),
                       partial(_ids_message, vocab_size=vocab_size, k=ids.shape[-1], name=name))
 
 
@@ -105,9 +107,10 @@ def bad_labels(labels: torch.Tensor, vocab_size: int, ignore_index: int) -> torc
     return (labels != ignore_index) & bad_ids(labels, vocab_size)
 
 
-def _record(bad: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """[4] int64 on the device: (count, smallest bad id, largest bad id, first bad index
-    in the flattened tensor)."""
+def record(bad: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """[1, 4] int64 on the device: (count, smallest bad id, largest bad id, first bad index
+    in the flattened tensor). A record may have more rows, one per block of tokens (the
+    Triton ``finalize``'s); ``_raise_if_bad`` reduces them."""
     ids = labels.reshape(-1).to(torch.int64)
     bad = bad.reshape(-1)
     return torch.stack([
@@ -115,41 +118,51 @@ def _record(bad: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         torch.where(bad, ids, _I64_MAX).amin(),
         torch.where(bad, ids, -_I64_MAX).amax(),
         bad.to(torch.uint8).argmax().to(torch.int64),  # the first True (or 0 if none)
-    ])
+    ])[None]
 
 
 def defer(bad: torch.Tensor, labels: torch.Tensor, vocab_size: int, ignore_index: int) -> None:
     """Queue the device-side check of one call's labels (CUDA; no sync)."""
     if labels.numel():
-        _defer(_record(bad, labels),
+        _defer(record(bad, labels),
                partial(_message, vocab_size=vocab_size, ignore_index=ignore_index))
+
+
+def defer_record(rec: torch.Tensor, labels: torch.Tensor, vocab_size: int,
+                 ignore_index: int) -> None:
+    """Queue the check of one call's labels from a record the stages made (``record``'s
+    layout, [rows, 4]; the Triton ``finalize`` writes one row per token block); no sync."""
+    if labels.numel():
+        _defer(rec, partial(_message, vocab_size=vocab_size, ignore_index=ignore_index))
 
 
 def defer_ids(bad: torch.Tensor, ids: torch.Tensor, vocab_size: int,
               name: str = "token_ids") -> None:
     """Queue the device-side check of one call's vocab ids [N, K] (CUDA; no sync)."""
     if ids.numel():
-        _defer(_record(bad, ids),
+        _defer(record(bad, ids),
                partial(_ids_message, vocab_size=vocab_size, k=ids.shape[-1], name=name))
 
 
-def _raise_if_bad(record: torch.Tensor, message, deferred: bool = False) -> None:
-    """``ValueError(message(...))`` if the record counts any bad id (reads it: a sync if it
-    is on the GPU)."""
-    count, low, high, first = (int(x) for x in record.tolist())
-    if count:
-        raise ValueError(message(count, low, high, first, deferred=deferred))
+def _raise_if_bad(rec: torch.Tensor, message, deferred: bool = False) -> None:
+    """``ValueError(message(...))`` if the record's rows count any bad id (reads it: a
+    sync if it is on the GPU)."""
+    rows = [r for r in rec.reshape(-1, 4).tolist() if r[0]]
+    if rows:
+        raise ValueError(message(sum(r[0] for r in rows), min(r[1] for r in rows),
+                                 max(r[2] for r in rows), min(r[3] for r in rows),
+                                 deferred=deferred))
 
 
-def _defer(record: torch.Tensor, message) -> None:
-    if not record.is_cuda:  # CPU (tests): the record is already on the host
-        _pending.append((record, None, message))
+def _defer(rec: torch.Tensor, message) -> None:
+    if not rec.is_cuda:  # CPU (tests): the record is already on the host
+        _pending.append((rec, None, message))
         return
     if _capturing():
-        _captured.append((record, message))
+        _captured.append((rec, message))
         return
-    host = torch.empty(4, dtype=torch.int64, pin_memory=True)
-    host.copy_(record, non_blocking=True)
+    host = torch.empty(rec.shape, dtype=torch.int64, pin_memory=True)
+    host.copy_(rec, non_blocking=True)
     event = torch.cuda.Event()
     event.record()
     _pending.append((host, event, message))
@@ -185,5 +198,5 @@ def check_labels() -> None:
     Also reads the device records of calls captured in CUDA graphs (their latest replay).
     """
     poll(wait=True)
-    for record, message in _captured:
-        _raise_if_bad(record, message, deferred=True)
+    for rec, message in _captured:
+        _raise_if_bad(rec, message, deferred=True)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from . import batch_invariance, label_check
+from . import label_check
 from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
 from .validation import validate_inputs
-from .vocab_parallel import merge_stats, shard_labels, shard_layout
+from .vocab_parallel import gather_stats, shard_labels, shard_layout
 
 __all__ = ["LinearLogprobEntropy", "linear_logprob_entropy"]
 
@@ -29,30 +29,18 @@ class LinearLogprobEntropy(torch.autograd.Function):
         tp, vocab_start, world = shard_layout(weight, tp_group)
         local_labels = shard_labels(labels, vocab_start, weight.shape[0], params.ignore_index)
         inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
-        # The big kernel is launched before the label check's dozen small ops: the GPU starts
-        # on it while the host enqueues them (a caller that synchronizes after every call
-        # would otherwise wait for their host time; docs/BENCHMARKS.md, "Which figures hold").
         stats = impl.forward_stats(hidden, weight, local_labels, inv_t, params.return_entropy,
                                    logits_dtype=params.logits_dtype)
+        stats = gather_stats(stats, tp_group) if tp else stats[None]
+        # One launch on GPU for the outputs and the label check (ops/stages.py): the host
+        # time of a call is what a synchronized small-N call waits for.
         # Out-of-range labels (ValueError on CPU and in strict mode, before this) give NaN
         # log-probs and gradients; on CUDA the host raises later (ops/label_check.py).
-        bad = label_check.bad_labels(labels, weight.shape[0] * world, params.ignore_index)
+        vocab = weight.shape[0] * world
+        lse, mean_z, entropy, log_probs, valid, bad, record = impl.finalize(
+            stats, labels, vocab, params.ignore_index, params.return_entropy)
         if hidden.is_cuda:
-            label_check.defer(bad, labels, weight.shape[0] * world, params.ignore_index)
-        if tp:
-            stats = merge_stats(stats, tp_group)
-        row_max, sum_exp, sum_exp_shifted, z_label = stats.unbind(1)
-        log_sum_exp = batch_invariance.per_element(torch.log, sum_exp)
-        lse = row_max + log_sum_exp
-        valid = labels != params.ignore_index
-        log_probs = torch.where(valid, z_label - lse, torch.zeros_like(lse))
-        log_probs = torch.where(bad, torch.full_like(lse, float("nan")), log_probs)
-        mean_z = None
-        entropy = None
-        if params.return_entropy:
-            mean_shifted = sum_exp_shifted / sum_exp  # E[z] - max z
-            mean_z = row_max + mean_shifted
-            entropy = torch.where(valid, log_sum_exp - mean_shifted, torch.zeros_like(lse))
+            label_check.defer_record(record, labels, vocab, params.ignore_index)
 
         ctx.params, ctx.tp_group, ctx.tp, ctx.impl = params, tp_group, tp, impl
         ctx.inv_t = inv_t  # a float, or an fp32 [N] tensor (not an autograd input)
@@ -65,13 +53,12 @@ class LinearLogprobEntropy(torch.autograd.Function):
         hidden, weight, local_labels, lse, mean_z, valid, bad = ctx.saved_tensors
         if hidden.is_cuda:
             label_check.poll()
-        zero = torch.zeros_like(lse)
-        g_lp = torch.where(valid, grad_log_probs.float(), zero) if grad_log_probs is not None \
-            else zero
-        g_lp = torch.where(bad, torch.full_like(lse, float("nan")), g_lp)
+        g_lp = torch.where(valid, grad_log_probs.float(), 0.0) if grad_log_probs is not None \
+            else torch.zeros_like(lse)
+        g_lp = torch.where(bad, float("nan"), g_lp)
         g_h = None
         if ctx.params.return_entropy and grad_entropy is not None:
-            g_h = torch.where(valid, grad_entropy.float(), zero)
+            g_h = torch.where(valid, grad_entropy.float(), 0.0)
         # d_weight (and d_hidden without TP): fp32 accumulation, rounded to the inputs'
         # dtype inside the impl, which saves an fp32 copy and its cast on GPU. Under TP
         # d_hidden stays fp32 for the all-reduce.

@@ -21,9 +21,9 @@ from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
 from .validation import validate_matrices, validate_token_ids
-from .vocab_parallel import merge_stats, shard_ids, shard_layout
+from .vocab_parallel import gather_stats, shard_ids, shard_layout
 
-__all__ = ["LinearLogprobsAt", "backward_at_ids", "entropy_from_stats", "linear_logprobs_at"]
+__all__ = ["LinearLogprobsAt", "backward_at_ids", "linear_logprobs_at"]
 
 
 def backward_at_ids(impl, hidden, weight, local_ids, inv_t, lse, mean_z, grad_at_ids,
@@ -48,14 +48,6 @@ def backward_at_ids(impl, hidden, weight, local_ids, inv_t, lse, mean_z, grad_at
     return d_hidden, d_weight
 
 
-def entropy_from_stats(stats: torch.Tensor):
-    """(lse, mean_z, entropy) from merged [N, 4] statistics (ops/stages.py)."""
-    row_max, sum_exp, sum_exp_shifted, _ = stats.unbind(1)
-    log_sum_exp = torch.log(sum_exp)
-    mean_shifted = sum_exp_shifted / sum_exp  # E[z] - max z
-    return row_max + log_sum_exp, row_max + mean_shifted, log_sum_exp - mean_shifted
-
-
 class LinearLogprobsAt(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, token_ids, params: LogprobParams, tp_group):
@@ -78,12 +70,11 @@ class LinearLogprobsAt(torch.autograd.Function):
         local_ids = shard_ids(token_ids, vocab_start, weight.shape[0])
         z_at = impl.logits_at(hidden, weight, local_ids, inv_t, logits_dtype=params.logits_dtype)
         if tp:
-            stats = merge_stats(stats, tp_group)
+            stats = gather_stats(stats, tp_group)
             dist.all_reduce(z_at, group=tp_group)  # each id lives in exactly one shard
-        lse, mean_z, entropy = entropy_from_stats(stats)
+        lse, mean_z, entropy = impl.finalize(stats if tp else stats[None], None, 0, 0,
+                                             params.return_entropy)[:3]
         log_probs = torch.where(bad_rows[:, None], float("nan"), z_at - lse[:, None])
-        if not params.return_entropy:
-            entropy = mean_z = None
         ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None
         ctx.logits_dtype = params.logits_dtype
         if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive

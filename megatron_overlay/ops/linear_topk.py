@@ -20,13 +20,13 @@ import torch
 import torch.distributed as dist
 
 from . import label_check
-from .linear_logprobs_at import backward_at_ids, entropy_from_stats
+from .linear_logprobs_at import backward_at_ids
 from .params import LogprobParams
 from .stages import pick_topk_impl
 from .temperature import inverse_temperature
 from .topk_merge import PAD_ID, order_candidates
 from .validation import validate_inputs, validate_matrices
-from .vocab_parallel import merge_stats, shard_ids, shard_labels, shard_layout
+from .vocab_parallel import gather_stats, shard_ids, shard_labels, shard_layout
 
 MAX_K = 256
 
@@ -58,16 +58,10 @@ class LinearTopkLogprobs(torch.autograd.Function):
         topk_impl, impl = pick_topk_impl(hidden.device)
         tp, vocab_start, world = shard_layout(weight, tp_group)
         n = hidden.shape[0]
-        bad = None
+        vocab = weight.shape[0] * world
         if labels is not None:
-            # as linear_logprob_entropy: out-of-range labels give NaN log-probs; on CUDA
-            # the host raises later, without a sync (ops/label_check.py)
-            vocab = weight.shape[0] * world
             if hidden.is_cuda:
                 label_check.poll()
-            bad = label_check.bad_labels(labels, vocab, params.ignore_index)
-            if hidden.is_cuda:
-                label_check.defer(bad, labels, vocab, params.ignore_index)
             local_labels = shard_labels(labels, vocab_start, weight.shape[0],
                                         params.ignore_index)
         else:
@@ -78,19 +72,15 @@ class LinearTopkLogprobs(torch.autograd.Function):
                                                   logits_dtype=params.logits_dtype)
         ids = torch.where(ids == PAD_ID, ids, ids + vocab_start)
         if tp:
-            stats = merge_stats(stats, tp_group)
             values, ids = _merge_shards(values, ids, k, tp_group)
-        lse, mean_z, entropy = entropy_from_stats(stats)
+        # as linear_logprob_entropy: out-of-range labels give NaN log-probs; on CUDA the
+        # host raises later, without a sync (ops/label_check.py)
+        lse, mean_z, entropy, log_probs, valid, bad, record = impl.finalize(
+            gather_stats(stats, tp_group) if tp else stats[None], labels, vocab,
+            params.ignore_index, params.return_entropy)
+        if labels is not None and hidden.is_cuda:
+            label_check.defer_record(record, labels, vocab, params.ignore_index)
         topk_log_probs = values - lse[:, None]
-        log_probs = None
-        valid = labels != params.ignore_index if labels is not None else None
-        if labels is not None:
-            zero = torch.zeros_like(lse)
-            log_probs = torch.where(valid, stats[:, 3] - lse, zero)
-            log_probs = torch.where(bad, torch.full_like(lse, float("nan")), log_probs)
-            entropy = torch.where(valid, entropy, zero)
-        if not params.return_entropy:
-            entropy = mean_z = None
         ctx.mark_non_differentiable(ids)
         ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None
         ctx.has_labels, ctx.logits_dtype = labels is not None, params.logits_dtype

@@ -49,6 +49,18 @@ class LogprobStages(Protocol):
         two large numbers (lse and E[z]) at low temperatures."""
         ...
 
+    def finalize(self, stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
+                 ignore_index: int, with_entropy: bool) -> tuple:
+        """The per-token outputs of [S, N, 4] statistics of S vocab shards in rank order
+        (S = 1 without TP; merged as forward_stats merges its splits, rank by rank):
+        ``(lse, mean_z, entropy, log_probs, valid, bad, record)``, [N] fp32 but for
+        ``valid`` / ``bad`` ([N] bool) and ``record`` (int64 [rows, 4]: the label check's,
+        ops/label_check.py). mean_z = E_p[z] and the entropy: None without
+        ``with_entropy``. ``labels`` [N] global ids (None: the last four are None):
+        valid = label != ignore_index, bad = valid and outside [0, vocab_size); log_probs
+        z[label] - lse, 0 where not valid, NaN where bad; the entropy 0 where not valid."""
+        ...
+
     def backward(self, hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
                  inv_temperature: InvTemperature, lse: torch.Tensor,
                  mean_z: torch.Tensor | None, grad_logprob: torch.Tensor,

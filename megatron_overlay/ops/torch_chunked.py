@@ -4,7 +4,7 @@ Tokens x vocab tiles, fp32 accumulation, online log-sum-exp: memory O(N + TOKEN_
 VOCAB_CHUNK), never O(N x V). Backward recomputes each tile's logits.
 
 The log-prob stages of ops/stages.py (``LogprobStages``: the contract): forward_stats,
-backward, and logits_at (sparse: token chunks bound the gathered weight rows to
+finalize, backward, and logits_at (sparse: token chunks bound the gathered weight rows to
 GATHER_BUDGET_BYTES). ``token_chunk`` / ``vocab_chunk``: tile sizes, for tests.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from . import batch_invariance
+from . import batch_invariance, label_check
 
 
 def row_slice(inv_temperature, rows: slice):
@@ -78,6 +78,41 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
         if tile_stats.shape[0] != rows:
             stats[n0:n0 + rows] = tile_stats[:rows]
     return stats
+
+
+def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
+             ignore_index: int, with_entropy: bool):
+    """(lse, mean_z, entropy, log_probs, valid, bad, record) from [S, N, 4] shards'
+    statistics in rank order; see ops/stages.py."""
+    shard_max, sum_exp, sum_exp_shifted, z_label = stats.unbind(2)  # each [S, N]
+    row_max = shard_max.max(dim=0).values
+    if stats.shape[0] > 1:
+        weights = batch_invariance.per_element(torch.exp, shard_max - row_max)
+        # each shard's t is relative to its own max: move it to the global one
+        moved = sum_exp_shifted + sum_exp * (shard_max - row_max)
+        # sums in rank order (a reduction kernel's order may depend on N: batch invariance)
+        terms = (sum_exp * weights, moved * weights, z_label)
+        sum_exp, sum_exp_shifted, z_label = (t[0].clone() for t in terms)
+        for rank in range(1, stats.shape[0]):
+            for total, t in zip((sum_exp, sum_exp_shifted, z_label), terms):
+                total.add_(t[rank])
+    else:
+        sum_exp, sum_exp_shifted, z_label = sum_exp[0], sum_exp_shifted[0], z_label[0]
+    log_sum_exp = batch_invariance.per_element(torch.log, sum_exp)
+    lse = row_max + log_sum_exp
+    mean_z = entropy = log_probs = valid = bad = rec = None
+    if with_entropy:
+        mean_shifted = sum_exp_shifted / sum_exp  # E[z] - max z
+        mean_z, entropy = row_max + mean_shifted, log_sum_exp - mean_shifted
+    if labels is not None:
+        valid = labels != ignore_index
+        bad = label_check.bad_labels(labels, vocab_size, ignore_index)
+        log_probs = torch.where(valid, z_label - lse, 0.0)
+        log_probs = torch.where(bad, float("nan"), log_probs)
+        if with_entropy:
+            entropy = torch.where(valid, entropy, 0.0)
+        rec = label_check.record(bad, labels)
+    return lse, mean_z, entropy, log_probs, valid, bad, rec
 
 
 def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,

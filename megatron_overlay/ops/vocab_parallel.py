@@ -1,5 +1,5 @@
 """Vocab-parallel TP helpers of the fused ops: this rank's shard of the ids, and the
-merge of every shard's per-token statistics.
+gather of every shard's per-token statistics (merged by the stages' ``finalize``).
 
 ``weight`` is this rank's vocab shard [V_local, H]; shards in rank order; ids are global.
 """
@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-
-from . import batch_invariance
 
 
 def shard_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int) -> torch.Tensor:
@@ -35,22 +33,11 @@ def shard_labels(labels: torch.Tensor, vocab_start: int, local_vocab: int,
     return torch.where(inside, local, -1)
 
 
-def merge_stats(stats: torch.Tensor, tp_group) -> torch.Tensor:
-    """Combine per-shard [N, 4] statistics into global ones with a single collective."""
+def gather_stats(stats: torch.Tensor, tp_group) -> torch.Tensor:
+    """Every shard's [N, 4] statistics -> [world, N, 4] in rank order, with one collective
+    (the stages' ``finalize`` merges them)."""
     world = dist.get_world_size(tp_group)
     flat = torch.empty((world * stats.shape[0], stats.shape[1]), dtype=stats.dtype,
                        device=stats.device)
     dist.all_gather_into_tensor(flat, stats.contiguous(), group=tp_group)
-    gathered = flat.view(world, *stats.shape)
-    shard_max, sum_exp, sum_exp_shifted, z_label = gathered.unbind(2)  # each [world, N]
-    row_max = shard_max.max(dim=0).values
-    weights = batch_invariance.per_element(torch.exp, shard_max - row_max)
-    # each shard's t is relative to its own max: move it to the global one
-    moved = sum_exp_shifted + sum_exp * (shard_max - row_max)
-    # sums in rank order (a reduction kernel's order may depend on N: batch invariance)
-    terms = (sum_exp * weights, moved * weights, z_label)
-    totals = [t[0].clone() for t in terms]
-    for rank in range(1, world):
-        for total, t in zip(totals, terms):
-            total.add_(t[rank])
-    return torch.stack([row_max, *totals], dim=1)
+    return flat.view(world, *stats.shape)

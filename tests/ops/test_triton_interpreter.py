@@ -11,6 +11,7 @@ pointer and the TMA-descriptor load paths, bf16 and fp16 the pointer path (the i
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -39,6 +40,10 @@ def _cases():
     cases += [f"op-{dtype}-{ent}" for dtype in ("float32", "bfloat16") for ent in ("ent", "noent")]
     cases += [f"mode-{m}-{layout}" for m in MODES for layout in ("one", "chunks")]
     cases += ["mode-fp16-logits-tma"]
+    # the outputs of [S, N, 4] shards' statistics (S = 1, or 3 TP shards), 300 rows (two
+    # programs), with and without entropy and labels (some ignored, some out of range)
+    cases += [f"finalize-{s}-{ent}-{lab}" for s in (1, 3) for ent in ("ent", "noent")
+              for lab in ("labels", "int32", "none")]
     return cases
 
 
@@ -61,7 +66,7 @@ def _worker() -> int:
     assert os.environ.get("TRITON_INTERPRET") == "1"
     import torch
 
-    from megatron_overlay.ops import linear_logprob_entropy, torch_chunked
+    from megatron_overlay.ops import label_check, linear_logprob_entropy, torch_chunked
     from megatron_overlay.ops.kernels import split_operand, triton_impl
 
     assert triton_impl.interpreting(), "kernels were not built for the interpreter"
@@ -145,6 +150,41 @@ def _worker() -> int:
                     "dtypes": [str(dh.dtype), str(dw.dtype)],
                     "dtype": w_name if h_name == "float32" else h_name,  # the MMAs' dtype
                     "mixed": h_name != w_name}
+            elif kind == "finalize":  # the stage's outputs, triton vs torch
+                _, shards, ent, lab = case.split("-")
+                n, vocab = 300, 1000
+                g = torch.Generator().manual_seed(int(shards))
+                stats = torch.randn(int(shards), n, 4, generator=g) * 3
+                stats[..., 1] = stats[..., 1].abs() + 0.5  # sums of exps: > 0
+                labels = None
+                if lab != "none":
+                    labels = torch.randint(0, vocab, (n,), generator=g)
+                    labels[::7] = -100
+                    labels[5], labels[260], labels[270] = vocab, -3, vocab + 40  # out of range
+                    labels = labels.int() if lab == "int32" else labels
+                args = (stats, labels, vocab, -100, ent == "ent")
+                ref = torch_chunked.finalize(*args)
+                got = triton_impl.finalize(*args)
+                errs = [0.0]
+                for a, b in zip(got[:4], ref[:4]):
+                    assert (a is None) == (b is None)
+                    if a is not None:
+                        assert torch.equal(a.isnan(), b.isnan())
+                        errs.append((a - b).nan_to_num().abs().max().item())
+                rec = {}
+                if labels is not None:
+                    for name, record in (("got", got[6]), ("ref", ref[6])):
+                        try:
+                            label_check._raise_if_bad(record, functools.partial(
+                                label_check._message, vocab_size=vocab, ignore_index=-100))
+                        except ValueError as e:
+                            rec[name] = str(e)
+                report[case] = {
+                    "stats_err": max(errs), "stats_finite": True, "dh_err": 0.0,
+                    "dw_err": 0.0, "dtypes": [], "dtype": "float32",
+                    "flags_equal": labels is None or (torch.equal(got[4], ref[4])
+                                                      and torch.equal(got[5], ref[5])),
+                    "records": rec}
             else:  # through the autograd Function, triton vs torch
                 _, dtype_name, ent = case.split("-")
                 dtype = getattr(torch, dtype_name)
@@ -201,6 +241,12 @@ def test_interpreter_case(report, case):
         assert res["dtypes"] == ["torch.float32", "torch.float32"]
     if case.startswith("op-"):
         assert res["ignored_zero"]
+    if case.startswith("finalize-"):
+        assert res["flags_equal"]
+        if not case.endswith("-none"):  # the same ValueError from either record
+            assert res["records"]["got"] == res["records"]["ref"], res["records"]
+            assert "3 label id(s) outside [0, 1000)" in res["records"]["got"]
+            assert "smallest -3, largest 1040, first at token 5" in res["records"]["got"]
 
 
 if __name__ == "__main__" and "--worker" in sys.argv:

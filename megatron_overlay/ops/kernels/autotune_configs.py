@@ -34,6 +34,14 @@ BACKWARD_EXTRA_BUDGET_BYTES = 416 << 20
 BACKWARD_BLOCK_TOKENS = 8192
 BACKWARD_MIN_CHUNK_BYTES = 64 << 20   # the chunk's floor when H is large
 
+# Mixed operands (one fp32, one 16-bit), backward: the GEMM whose result is the 16-bit
+# operand's gradient (d_hidden under an fp32 weight, d_weight under fp32 hidden states)
+# takes the fp32 operand's hi half only, as mixed-precision training computes the input
+# gradient from the 16-bit copy of an fp32 master weight: the lo half moves that gradient
+# by less than its own 16-bit rounding, and dropping it takes one GEMM of the step's seven
+# (docs/BENCHMARKS.md, "Precision modes"). 1 adds the lo half back (tools, tests).
+MIXED_GRAD16_WITH_LO = 0
+
 # Multiprocessors assumed under TRITON_INTERPRET=1 (there are none): small, so that the
 # interpreter tests exercise several vocab splits and their merge.
 INTERPRETER_NUM_SMS = 4

@@ -126,6 +126,11 @@ def _vocab_chunk(vocab: int, column_bytes: int, block_v: int, budget: int) -> in
     return min(width, triton.cdiv(vocab, block_v) * block_v)
 
 
+def _parts(hi: torch.Tensor, lo: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """An fp32 operand's halves in the GEMM of the other operand's (16-bit) gradient."""
+    return (lo, hi) if autotune_configs.MIXED_GRAD16_WITH_LO else (hi,)
+
+
 def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
              inv_temperature, lse: torch.Tensor, mean_z: torch.Tensor | None,
              grad_logprob: torch.Tensor, grad_entropy: torch.Tensor | None, *,
@@ -149,9 +154,11 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     d(logits) chunk by sparse_grad.py before the GEMMs.
 
     Mixed operands (one fp32, one 16-bit): d(logits) is kept in the 16-bit dtype, and the
-    fp32 operand goes to the recompute kernel and to cuBLAS as hi + lo in it
-    (split_operand.py; two GEMMs accumulated in fp32), split a piece at a time within the
-    budget: the fp32 weight's vocab chunk, or the fp32 hidden states' token block."""
+    fp32 operand goes to the recompute kernel as hi + lo in it (split_operand.py), and to
+    cuBLAS as hi + lo (two GEMMs accumulated in fp32) for its own gradient, as hi alone for
+    the 16-bit operand's (autotune_configs.MIXED_GRAD16_WITH_LO); split a piece at a time
+    within the budget: the fp32 weight's vocab chunk, or the fp32 hidden states' token
+    block."""
     check_device(hidden, weight, local_labels)
     rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
@@ -258,12 +265,12 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             )
             if sparse is not None:
                 add_sparse_grad(grad, sparse[0][blk], sparse[1][blk], v0, width)
-            # each GEMM's fp32 operand as lo, then hi
-            w_parts = (w_lo, w_hi) if split_w else (w_chunk,)
-            for i, part in enumerate(w_parts):
+            # the fp32 operand as lo, then hi; in the GEMM of the 16-bit operand's gradient
+            # as hi alone (autotune_configs.MIXED_GRAD16_WITH_LO)
+            for i, part in enumerate(_parts(w_hi, w_lo) if split_w else (w_chunk,)):
                 matmul_fp32(grad, part, dh, accumulate=v0 > 0 or i > 0)
             dw = d_weight[v0:v0 + width]
-            for i, part in enumerate((h_lo, h_hi) if split_h else (h_blk,)):
+            for i, part in enumerate(_parts(h_hi, h_lo) if split_h else (h_blk,)):
                 first = r0 == 0 and i == 0
                 if d_weight.dtype == mma and mma != torch.float32:
                     if first:

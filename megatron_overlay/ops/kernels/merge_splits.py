@@ -2,7 +2,7 @@
 
 One program owns BLOCK rows and folds the S splits in split order, so each row's result
 depends on its own values only (batch invariance: a reduction kernel of torch's may
-split the S axis differently for different N). As vocab_parallel.merge_stats merges TP
+split the S axis differently for different N). As the stages' finalize merges TP
 shards: m = max over splits, s = sum s_i e^(m_i - m), t = sum (t_i + s_i (m_i - m))
 e^(m_i - m) (each split's t is relative to its own max), z[label] = sum z_i.
 Shared by the log-prob and top-k forward stages.

@@ -1,6 +1,7 @@
 """The log-prob stages on Triton kernels: ops.stages.LogprobStages, composed of stage files.
 
     forward_stats   logprob_forward.py  (+ merge_splits.py, split_operand.py)
+    finalize        finalize_stats.py
     backward        logprob_backward.py (+ sparse_grad.py, gemm_fp32.py, split_operand.py)
     logits_at       gather_dot.py
 
@@ -11,9 +12,10 @@ for tools and tests (``config``, ``use_tma``; backward also ``chunk_budget``,
 
 from __future__ import annotations
 
+from .finalize_stats import finalize
 from .gather_dot import logits_at
 from .launch import interpreting, tma_supported
 from .logprob_backward import backward
 from .logprob_forward import forward_stats
 
-__all__ = ["backward", "forward_stats", "interpreting", "logits_at", "tma_supported"]
+__all__ = ["backward", "finalize", "forward_stats", "interpreting", "logits_at", "tma_supported"]

@@ -1,0 +1,107 @@
+"""The per-token outputs from the statistics, in one launch: the stage contract's ``finalize``.
+
+stats [S, N, 4] are S shards' statistics in rank order (S = 1 without TP; the forward
+stage has merged its vocab splits already). One program owns BLOCK token rows and:
+
+1. folds the S shards in rank order, as merge_splits.py folds splits (m = max, s = sum
+   s_i e^(m_i - m), t = sum (t_i + s_i (m_i - m)) e^(m_i - m), z[label] = sum z_i), so a
+   row's result depends on its own values only (batch invariance);
+2. lse = m + log s, and with entropy E[z] = m + t / s and H = log s - t / s;
+3. with labels: valid = label != ignore_index, bad = valid and label outside
+   [0, vocab_size); log p[label] = z[label] - lse, 0 where not valid, NaN where bad (and
+   H = 0 where not valid); one row of the label check's record per program (count,
+   smallest and largest bad id, first bad row; ops/label_check.py reduces the rows on the
+   host when it reads them).
+
+What used to be two dozen element-wise torch launches and a merge (each costing the host
+~10-25 us to enqueue on an H200 host, docs/BENCHMARKS.md) is one Triton launch.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+FINALIZE_BLOCK = 256  # token rows per program
+I64_MAX = tl.constexpr(9223372036854775807)
+
+
+@triton.jit
+def finalize_kernel(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr, valid_ptr,
+                    bad_ptr, rec_ptr, N, num_shards, vocab_size, ignore_index,
+                    HAS_LABELS: tl.constexpr, WITH_ENTROPY: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK + tl.arange(0, BLOCK)
+    keep = rows < N
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    for s in range(num_shards):
+        m = tl.maximum(m, tl.load(stats_ptr + (s * N + rows).to(tl.int64) * 4, mask=keep,
+                                  other=0.0))
+    sum_s = tl.zeros([BLOCK], tl.float32)
+    sum_t = tl.zeros([BLOCK], tl.float32)
+    z_label = tl.zeros([BLOCK], tl.float32)
+    for s in range(num_shards):
+        src = stats_ptr + (s * N + rows).to(tl.int64) * 4
+        m_s = tl.load(src + 0, mask=keep, other=0.0)
+        s_s = tl.load(src + 1, mask=keep, other=1.0)
+        weight = tl.exp(m_s - m)  # every shard has >= 1 column: m_s is finite
+        sum_s += s_s * weight
+        if WITH_ENTROPY:
+            sum_t += (tl.load(src + 2, mask=keep, other=0.0) + s_s * (m_s - m)) * weight
+        z_label += tl.load(src + 3, mask=keep, other=0.0)
+    log_s = tl.log(sum_s)
+    lse = m + log_s
+    tl.store(lse_ptr + rows, lse, mask=keep)
+    ent = log_s
+    if WITH_ENTROPY:
+        shifted = sum_t / sum_s  # E[z] - max z
+        tl.store(mean_z_ptr + rows, m + shifted, mask=keep)
+        ent = log_s - shifted
+    if HAS_LABELS:
+        labels = tl.load(labels_ptr + rows, mask=keep, other=ignore_index).to(tl.int64)
+        valid = labels != ignore_index
+        bad = valid & ((labels < 0) | (labels >= vocab_size))
+        lp = tl.where(valid, z_label - lse, 0.0)
+        tl.store(lp_ptr + rows, tl.where(bad, float("nan"), lp), mask=keep)
+        tl.store(valid_ptr + rows, valid.to(tl.int8), mask=keep)
+        tl.store(bad_ptr + rows, bad.to(tl.int8), mask=keep)
+        ent = tl.where(valid, ent, 0.0)
+        big = tl.full([BLOCK], I64_MAX, tl.int64)
+        rec = rec_ptr + pid * 4
+        tl.store(rec + 0, tl.sum(bad.to(tl.int64), axis=0))
+        tl.store(rec + 1, tl.min(tl.where(bad, labels, big), axis=0))
+        tl.store(rec + 2, tl.max(tl.where(bad, labels, -big), axis=0))
+        tl.store(rec + 3, tl.min(tl.where(bad, rows.to(tl.int64), big), axis=0))
+    if WITH_ENTROPY:
+        tl.store(ent_ptr + rows, ent, mask=keep)
+
+
+def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
+             ignore_index: int, with_entropy: bool):
+    """The contract's finalize (ops/stages.py): (lse, mean_z, entropy, log_probs, valid,
+    bad, record); the last four None without labels, mean_z and entropy None without
+    entropy. ``record``: [cdiv(N, FINALIZE_BLOCK), 4] int64, a row per program."""
+    num_shards, n_tokens = stats.shape[0], stats.shape[1]
+    dev = stats.device
+    f32 = lambda: torch.empty(n_tokens, dtype=torch.float32, device=dev)  # noqa: E731
+    lse = f32()
+    mean_z, entropy = (f32(), f32()) if with_entropy else (None, None)
+    log_probs = valid = bad = rec = None
+    has_labels = labels is not None
+    programs = triton.cdiv(n_tokens, FINALIZE_BLOCK)
+    if has_labels:
+        log_probs = f32()
+        flags = torch.empty(2, n_tokens, dtype=torch.int8, device=dev)
+        valid, bad = flags.view(torch.bool).unbind(0)
+        rec = torch.empty(programs, 4, dtype=torch.int64, device=dev)  # a row per program
+    if n_tokens == 0:
+        return lse, mean_z, entropy, log_probs, valid, bad, rec
+    stats = stats.contiguous()
+    finalize_kernel[(programs,)](
+        stats, labels if has_labels else stats, lse, mean_z if with_entropy else lse,
+        entropy if with_entropy else lse, log_probs if has_labels else lse,
+        flags[0] if has_labels else lse, flags[1] if has_labels else lse,
+        rec if has_labels else lse, n_tokens, num_shards, vocab_size, ignore_index,
+        HAS_LABELS=has_labels, WITH_ENTROPY=with_entropy, BLOCK=FINALIZE_BLOCK)
+    return lse, mean_z, entropy, log_probs, valid, bad, rec
