@@ -13,7 +13,8 @@ Shared by every stage:
       on the hidden states' device (row i scaled by inv_temperature[i]; NaN for a row
       whose temperature was invalid, see ops/temperature.py).
   local_labels [N] / local_ids [N, K]: indices into this vocab shard (weight [V, H] is
-      this rank's shard), or -1 where the id lives in another shard or there is none.
+      this rank's shard); a value outside [0, V) (-1, another shard's id less this
+      shard's start, an out-of-range label) matches no column: no label / id here.
   z = round(hidden @ weight.T) * inv_temperature (per row), accumulated in fp32 from
       operands of one dtype or a 16-bit one with an fp32 one; round is the identity by
       default (an fp32 head) and, with the keyword ``logits_dtype`` (bfloat16 or float16),

@@ -27,10 +27,14 @@ def shard_layout(weight: torch.Tensor, tp_group) -> tuple[bool, int, int]:
 
 def shard_labels(labels: torch.Tensor, vocab_start: int, local_vocab: int,
                  ignore_index: int) -> torch.Tensor:
-    """Index into this shard, or -1 where the label lives elsewhere or is ignored."""
+    """Index into this shard. Where the label lives elsewhere, is ignored or is out of
+    range the value lies outside [0, local_vocab), which the stages read as "no label"
+    (ops/stages.py), so without TP this is ``labels`` itself, no launch at all; only an
+    ``ignore_index`` that names a column of this shard is mapped to -1."""
     local = labels - vocab_start if vocab_start else labels
-    inside = (local >= 0) & (local < local_vocab) & (labels != ignore_index)
-    return torch.where(inside, local, -1)
+    if 0 <= ignore_index - vocab_start < local_vocab:
+        local = torch.where(labels == ignore_index, -1, local)
+    return local
 
 
 def gather_stats(stats: torch.Tensor, tp_group) -> torch.Tensor:

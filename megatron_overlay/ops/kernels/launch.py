@@ -61,17 +61,27 @@ def logits_rounding(logits_dtype):
     return _LOGITS_TL_DTYPES[logits_dtype]
 
 
+# Device properties, looked up once per device: each lookup through torch costs the host
+# microseconds on every call otherwise.
 @functools.cache
 def _multiprocessors(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+@functools.cache
+def _major(device_index: int) -> int:
+    return torch.cuda.get_device_capability(device_index)[0]
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def sm_count(device: torch.device) -> int:
     """The device's multiprocessors (the interpreter's assumed count off CUDA)."""
     if device.type != "cuda":
         return autotune_configs.INTERPRETER_NUM_SMS
-    return _multiprocessors(device.index if device.index is not None
-                            else torch.cuda.current_device())
+    return _multiprocessors(_index(device))
 
 
 def tma_aligned(t: torch.Tensor) -> bool:
@@ -83,7 +93,7 @@ def tma_supported(*tensors: torch.Tensor) -> bool:
     """Hopper or newer, and every matrix fit for a TMA descriptor."""
     if interpreting() or not all(t.is_cuda for t in tensors):
         return False
-    if torch.cuda.get_device_capability(tensors[0].device)[0] < 9:
+    if _major(_index(tensors[0].device)) < 9:
         return False
     return all(tma_aligned(t) for t in tensors)
 

@@ -228,17 +228,20 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             vals = vals * scale
         sparse = (sparse_ids.to(torch.int32).contiguous(), vals.contiguous())
 
+    # one token block / vocab chunk (small N): no slices, each view costs host time
+    whole = lambda t, part: t if block_rows >= n_tokens else t[part]  # noqa: E731
     for r0 in range(0, n_tokens, block_rows):
         rows = min(block_rows, n_tokens - r0)
         blk = slice(r0, r0 + rows)
-        h_blk, lab_blk = hidden[blk], labels[blk]
-        dh = d_hidden[blk] if dh_acc is None else dh_acc[:rows]
+        h_blk, lab_blk = whole(hidden, blk), whole(labels, blk)
+        dh = whole(d_hidden, blk) if dh_acc is None else \
+            dh_acc if rows == block_rows else dh_acc[:rows]
         # the block, or an fp32 block's (hi, lo)
         h_hi, h_lo = split_hi_lo_into(h_blk, h_halves) if split_h else (h_blk, h_blk)
         num_m = triton.cdiv(rows, cfg.block_m)
         for v0 in range(0, vocab, width_max):
             width = min(width_max, vocab - v0)
-            w_chunk = weight[v0:v0 + width]
+            w_chunk = weight if width == vocab else weight[v0:v0 + width]
             w_hi, w_lo = split_hi_lo_into(w_chunk, w_halves) if split_w else (w_chunk, w_chunk)
             grad = grad_buf[:rows, :width]
             chunk_tma = tma and tma_aligned(w_hi) and tma_aligned(h_hi)
@@ -252,8 +255,9 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                 w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], chunk_tma) if split_w
                 else w_src,
                 tile_source(grad, [cfg.block_m, cfg.block_v], chunk_tma),
-                lab_blk - v0 if v0 else lab_blk, lse[blk], mean_z[blk], g_lp[blk], g_ent[blk],
-                scale, lse if inv_t_rows is None else inv_t_rows[blk],
+                lab_blk - v0 if v0 else lab_blk, whole(lse, blk), whole(mean_z, blk),
+                whole(g_lp, blk), whole(g_ent, blk),
+                scale, lse if inv_t_rows is None else whole(inv_t_rows, blk),
                 rows, width, hidden_size, h_hi.stride(0), w_hi.stride(0), grad.stride(0),
                 inv_t, cfg.group_m, progs,
                 BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
@@ -264,12 +268,12 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             )
             if sparse is not None:
-                add_sparse_grad(grad, sparse[0][blk], sparse[1][blk], v0, width)
+                add_sparse_grad(grad, whole(sparse[0], blk), whole(sparse[1], blk), v0, width)
             # the fp32 operand as lo, then hi; in the GEMM of the 16-bit operand's gradient
             # as hi alone (autotune_configs.MIXED_GRAD16_WITH_LO)
             for i, part in enumerate(_parts(w_hi, w_lo) if split_w else (w_chunk,)):
                 matmul_fp32(grad, part, dh, accumulate=v0 > 0 or i > 0)
-            dw = d_weight[v0:v0 + width]
+            dw = d_weight if width == vocab else d_weight[v0:v0 + width]
             for i, part in enumerate(_parts(h_hi, h_lo) if split_h else (h_blk,)):
                 first = r0 == 0 and i == 0
                 if d_weight.dtype == mma and mma != torch.float32:
@@ -280,7 +284,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                 else:
                     matmul_fp32(grad.T, part, dw, accumulate=not first)
         if dh_acc is not None:
-            d_hidden[blk].copy_(dh)
+            whole(d_hidden, blk).copy_(dh)
 
     if unscale is not None:
         d_hidden.mul_(unscale)

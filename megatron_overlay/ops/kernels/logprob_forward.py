@@ -178,10 +178,11 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
     rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
     vocab = weight.shape[0]
-    stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=hidden.device)
     if n_tokens == 0 or vocab == 0:
+        stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=hidden.device)
         stats[:, 0] = float("-inf")
         return stats
+    stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=hidden.device)  # all written
     hidden, weight = rowmajor(hidden), rowmajor(weight)
     labels = local_labels.contiguous()
     lo, mma = lo_operand(hidden, weight), mma_dtype(hidden, weight)
@@ -230,19 +231,25 @@ class _Launch:
                                                     device=hidden.device)
         w_src = tile_source(w_parts[0], [cfg.block_v, cfg.block_k], tma)
         w_lo_src = tile_source(w_parts[1], [cfg.block_v, cfg.block_k], tma) if lo == 2 else w_src
+        one_block = block_rows >= n_tokens  # no slicing: each view costs host time
         for r0 in range(0, n_tokens, block_rows):
             rows = min(block_rows, n_tokens - r0)
-            h = hidden[r0:r0 + rows]
+            h = hidden if one_block else hidden[r0:r0 + rows]
             h_hi, h_lo = split_hi_lo_into(h, h_halves) if lo == 1 else (h, h)
             h_src = tile_source(h_hi, [cfg.block_m, cfg.block_k], tma)
             h_lo_src = tile_source(h_lo, [cfg.block_m, cfg.block_k], tma) if lo == 1 else h_src
             # the kernel writes a contiguous [splits, rows, 4] block
-            out = stats[r0:r0 + rows] if part is None else \
-                part.view(-1)[:splits * rows * 4].view(splits, rows, 4)
+            if part is None:
+                out = stats if one_block else stats[r0:r0 + rows]
+            else:
+                out = part if rows == block_rows else \
+                    part.view(-1)[:splits * rows * 4].view(splits, rows, 4)
             inv_t_rows = self.inv_t_rows
+            if inv_t_rows is not None and not one_block:
+                inv_t_rows = inv_t_rows[r0:r0 + rows]
             forward_stats_kernel[(triton.cdiv(rows, cfg.block_m) * splits,)](
-                h_src, h_lo_src, w_src, w_lo_src, labels[r0:r0 + rows], out,
-                stats if inv_t_rows is None else inv_t_rows[r0:r0 + rows],
+                h_src, h_lo_src, w_src, w_lo_src, labels if one_block else labels[r0:r0 + rows],
+                out, stats if inv_t_rows is None else inv_t_rows,
                 rows, vocab, hidden_size, h_hi.stride(0), w_parts[0].stride(0), self.inv_t,
                 splits, per_split, cfg.group_m,
                 BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
@@ -253,4 +260,5 @@ class _Launch:
                 num_stages=cfg.num_stages,
             )
             if part is not None:
-                merge_splits(out, stats[r0:r0 + rows], self.with_entropy)
+                merge_splits(out, stats if one_block else stats[r0:r0 + rows],
+                             self.with_entropy)
