@@ -70,7 +70,8 @@ class LinearTopkLogprobs(torch.autograd.Function):
         stats, values, ids = topk_impl.topk_stats(hidden, weight, local_labels, inv_t,
                                                   params.return_entropy, k,
                                                   logits_dtype=params.logits_dtype)
-        ids = torch.where(ids == PAD_ID, ids, ids + vocab_start)
+        if vocab_start:
+            ids = torch.where(ids == PAD_ID, ids, ids + vocab_start)
         if tp:
             values, ids = _merge_shards(values, ids, k, tp_group)
         # as linear_logprob_entropy: out-of-range labels give NaN log-probs; on CUDA the

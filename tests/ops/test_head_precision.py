@@ -16,6 +16,8 @@ fp64, gradients and the distillation ops among them.
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 
@@ -231,6 +233,20 @@ def test_triton_modes_gradients_and_distillation_ops(mode):
         # d(logits) is rounded to the 16-bit dtype before the gradient GEMMs, as bf16 ops' is
         assert ((got.double() - ref).abs().max() / ref.abs().max()).item() < 2e-2
         assert ((got.double() - ref).norm() / ref.norm()).item() < 4e-3
+    if mode.startswith("fp32"):
+        # the 16-bit operand's gradient GEMM takes the fp32 operand's hi half only
+        # (autotune_configs.MIXED_GRAD16_WITH_LO): about as accurate as with the lo half
+        got, ref = (w.grad, w64.grad) if mode == "fp32 hidden" else (h.grad, h64.grad)
+        from megatron_overlay.ops.kernels import autotune_configs
+        h2, w2 = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        with mock.patch.object(autotune_configs, "MIXED_GRAD16_WITH_LO", 1):
+            lp2, ent2 = linear_logprob_entropy(h2, w2, labels, temperature=0.7)
+            (lp2.sum() * 0.3 + ent2.sum() * 0.7).backward()
+        with_lo = w2.grad if mode == "fp32 hidden" else h2.grad
+        err, err_lo = ((g.double() - ref).norm().item() / ref.norm().item()
+                       for g in (got, with_lo))
+        print(f"{mode}: 16-bit gradient {err:.3e} (hi only), {err_lo:.3e} (hi + lo)")
+        assert err <= 1.35 * err_lo
     z64 = h64.detach() @ w64.detach().T  # T = 1
     if logits_dtype is not None:
         z64 = z64.float().to(logits_dtype).double()

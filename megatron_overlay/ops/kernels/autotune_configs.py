@@ -19,9 +19,13 @@ PARTIAL_STATS_BUDGET_BYTES = 32 << 20
 
 # Batch invariance (ops/batch_invariance.py): the forward's vocab splits are chosen as if
 # there were this many tokens, whatever N is; larger N is run in row blocks that keep the
-# partial statistics within PARTIAL_STATS_BUDGET_BYTES. At the three benchmark shapes this
-# gives the splits that N itself gives (33 of 18 tiles on an H200).
-INVARIANT_SPLIT_TOKENS = 16384
+# partial statistics within PARTIAL_STATS_BUDGET_BYTES. Small, so that small calls fill the
+# GPU too (rollout-side scoring, small microbatches): on an H200 at V ~ 152k, 66 splits of
+# 9 tiles, one full wave at N = 256. Chosen for 16384 tokens (33 splits of 18 tiles) the
+# forward at N = 256 ran 66 programs on 132 multiprocessors, 1.62x the GEMM's GPU time
+# against 1.06x now; at N = 8192-32768 the 66 splits cost 0.1-0.2% (CUDA-graph replay,
+# docs/BENCHMARKS.md, "The host side").
+INVARIANT_SPLIT_TOKENS = 256
 
 # The backward materializes d(logits) for one block of tokens and one vocab chunk at a
 # time, [BACKWARD_BLOCK_TOKENS, V_chunk] in the input dtype, for cuBLAS's two gradient

@@ -84,14 +84,19 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
     entropy. ``record``: [cdiv(N, FINALIZE_BLOCK), 4] int64, a row per program."""
     num_shards, n_tokens = stats.shape[0], stats.shape[1]
     dev = stats.device
-    f32 = lambda: torch.empty(n_tokens, dtype=torch.float32, device=dev)  # noqa: E731
-    lse = f32()
-    mean_z, entropy = (f32(), f32()) if with_entropy else (None, None)
-    log_probs = valid = bad = rec = None
     has_labels = labels is not None
+    # two allocations instead of four (each costs host time): what the ops save for the
+    # backward, apart from what they return (an in-place edit of a returned tensor bumps
+    # the version counter of its whole allocation, which autograd checks on saved tensors)
+    lse, mean_z = torch.empty(2, n_tokens, dtype=torch.float32, device=dev).unbind(0)
+    log_probs, entropy = torch.empty(2, n_tokens, dtype=torch.float32, device=dev).unbind(0)
+    if not with_entropy:
+        mean_z = entropy = None
+    valid = bad = rec = None
     programs = triton.cdiv(n_tokens, FINALIZE_BLOCK)
-    if has_labels:
-        log_probs = f32()
+    if not has_labels:
+        log_probs = None
+    else:
         flags = torch.empty(2, n_tokens, dtype=torch.int8, device=dev)
         valid, bad = flags.view(torch.bool).unbind(0)
         rec = torch.empty(programs, 4, dtype=torch.int64, device=dev)  # a row per program
