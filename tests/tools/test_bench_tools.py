@@ -56,7 +56,7 @@ def test_table_shows_ratio_ranges_and_leaves_missing_cells_empty():
             {"N": 8, "H": 4, "V": 16, "method": "ours", "outputs": "lp", "fwd_ms": 1.05,
              "fwd_x": 1.05, "fwd_x_min": 1.01, "fwd_x_max": 1.09, "lp_err": 4.5e-5}]
     lines = report.table(rows).splitlines()
-    assert len(lines) == 4 and all(line.count("|") == 18 for line in lines)
+    assert len(lines) == 4 and all(line.count("|") == 19 for line in lines)
     ours = lines[3].split("|")
     assert ours[6].strip() == "1.050 (1.010-1.090)"
     assert ours[7].strip() == ""  # no fb timing: an empty cell, not a made-up number
@@ -138,6 +138,20 @@ def test_cpu_smoke_run_of_the_method_table(tmp_path):
     # the materialized reference rounds its logits to bf16 before the fp32 softmax
     assert 1e-4 < rows["materialized"]["lp_err"] < 0.1
     assert "| 64, 32, 512 | ours |" in (out / "table.md").read_text()
+
+
+def test_cpu_smoke_run_with_single_synchronized_calls(tmp_path):
+    # --sync: the same methods also timed one call at a time, ratios paired per round
+    out = tmp_path / "sync"
+    assert bench(["op", "--device", "cpu", "--shapes", "64,32,512", "--methods", "gemm,ours",
+                  "--rounds", "2", "--burst-ms", "2", "--heat-s", "0", "--sync",
+                  "--out", str(out)]) == 0
+    rows = {r["method"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
+    for phase in ("fwd", "fb"):
+        x, lo, hi = rows["ours"][f"{phase}_sync_x"]
+        assert 0 < lo <= x <= hi and rows["ours"][f"{phase}_sync_ms"] > 0
+        assert rows["gemm"][f"{phase}_sync_x"] == [1.0, 1.0, 1.0]
+    assert "sync calls" in (out / "table.md").read_text()
 
 
 def test_cpu_smoke_run_against_a_baseline_copy_of_the_package(tmp_path):

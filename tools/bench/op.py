@@ -1,8 +1,8 @@
 """The fused log-prob/entropy op against the GEMM floor, materialized logits and peers.
 
 Per shape (N tokens, H hidden, V vocab; bf16, T = 0.7), every method's forward (no grad) and
-forward+backward (a loss on the per-token outputs), timed by tools/bench/timing.py, ratios
-to the GEMM floor paired per round; then each method's peak extra memory, its max abs error
+forward+backward (a loss on the per-token outputs), timed by tools/bench/timing.py (bursts;
+with ``--sync`` also single synchronized calls), ratios to the GEMM floor paired per round; then each method's peak extra memory, its max abs error
 vs fp64 on the first tokens, "invariant_rows" (of those tokens, how many come out bitwise
 the same computed alone) and "fb_extra_gib" (the fb peak beyond the two bf16 gradients).
 Methods: tools/bench/methods.py and peers.py. Writes results.json, table.md, bench.png.
@@ -11,6 +11,7 @@ ratios to it paired per round ({phase}_vs_base), and the gradient check covers i
 
     python -m tools.bench op --out out/bench            # every method, 3 shapes
     python -m tools.bench op --shapes 8192,4096,151936 --methods gemm,ours
+    python -m tools.bench op --shapes "256,4096,151936;8192,4096,151936" --sync  # both protocols
     python -m tools.bench op --diagnose 8192,4096,151936 --out out/diag
     cp -r megatron_overlay /tmp/base/megatron_overlay_base   # (from the old checkout)
     python -m tools.bench op --baseline /tmp/base --out out/vs_base
@@ -106,6 +107,15 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
                                      heat_s=args.heat_s, clocks=clocks, log=log,
                                      cuda=args.device == "cuda")
         ratios = timing.paired_ratios(got, "gemm")
+        if args.sync:  # the same methods as single synchronized calls (the host's time shows)
+            with ctx():
+                single = timing.interleaved(live, inputs, 4 * args.rounds, heat_s=0,
+                                            single=True, clocks=clocks, log=log,
+                                            cuda=args.device == "cuda")
+            for m, r in timing.paired_ratios(single, "gemm").items():
+                rows[m][f"{phase}_sync_x"] = list(r)
+            for m, t in single.items():
+                rows[m][f"{phase}_sync_ms"] = t.median_ms
         if "base" in got:
             for m, r in timing.paired_ratios(got, "base").items():
                 rows[m][f"{phase}_vs_base"] = list(r)
@@ -178,6 +188,9 @@ def add_arguments(p):
                         "timed in fb only, as fb_NAME "
                         "(e.g. b480:BACKWARD_EXTRA_BUDGET_BYTES=503316480)")
     timing_options(p)
+    p.add_argument("--sync", action="store_true",
+                   help="also time each method as single synchronized calls (4 x --rounds, "
+                        "paired ratios: {phase}_sync_x), beside the bursts")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a smoke run of the tool's code on tiny shapes (host-clock "
                         "timings, no memory figures), not a benchmark")

@@ -62,7 +62,7 @@ def table(rows):
     head = ("N, H, V", "method", "outputs", "fwd ms", "fb ms", "fwd x GEMM (rounds' range)",
             "fb x 3 GEMMs (range)", "fwd peak GiB", "fb peak GiB", "logprob err", "entropy err",
             "SM MHz fwd / fb", "fwd / fb x base (range)", "fb extra GiB", "invariant rows",
-            "logprob mean err", "mult. err vs fp32 head")
+            "logprob mean err", "mult. err vs fp32 head", "fwd / fb x GEMM, sync calls")
     return markdown(head, [
         (f"{r['N']}, {r['H']}, {r['V']}", r["method"], r["outputs"],
          _fmt(r.get("fwd_ms"), ".2f"), _fmt(r.get("fb_ms"), ".2f"), _ratio(r, "fwd"),
@@ -71,7 +71,9 @@ def table(rows):
          f"{_fmt(r.get('fwd_sm_mhz'), '.0f')} / {_fmt(r.get('fb_sm_mhz'), '.0f')}",
          " / ".join(_ratio(r, p, "vs_base") for p in ("fwd", "fb")) if "base" in methods else "",
          _fmt(r.get("fb_extra_gib"), ".3f"), _fmt(r.get("invariant_rows"), "d"),
-         _fmt(r.get("lp_mean_err"), ".1e"), _fmt(r.get("mult_err"), ".1e"))
+         _fmt(r.get("lp_mean_err"), ".1e"), _fmt(r.get("mult_err"), ".1e"),
+         " / ".join(_ratio(r, p, "sync_x") for p in ("fwd", "fb")) if any(
+             "fwd_sync_x" in x or "fb_sync_x" in x for x in rows) else "")
         for r in rows])
 
 

@@ -200,7 +200,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     else:
         scale = lse  # unused (HAS_SCALE=False)
 
-    elem = torch.empty((), dtype=mma).element_size()
+    elem = mma.itemsize
     block_rows = min(n_tokens, block_tokens or autotune_configs.BACKWARD_BLOCK_TOKENS)
     # the fp32 accumulator of one token block's d_hidden, unless d_hidden is fp32 itself,
     # and an fp32 hidden block's hi + lo halves
@@ -269,8 +269,8 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             )
             if sparse is not None:
                 add_sparse_grad(grad, whole(sparse[0], blk), whole(sparse[1], blk), v0, width)
-            # the fp32 operand as lo, then hi; in the GEMM of the 16-bit operand's gradient
-            # as hi alone (autotune_configs.MIXED_GRAD16_WITH_LO)
+            # an fp32 operand enters only the GEMM of the other (16-bit) operand's gradient:
+            # as hi alone, or lo then hi (autotune_configs.MIXED_GRAD16_WITH_LO)
             for i, part in enumerate(_parts(w_hi, w_lo) if split_w else (w_chunk,)):
                 matmul_fp32(grad, part, dh, accumulate=v0 > 0 or i > 0)
             dw = d_weight if width == vocab else d_weight[v0:v0 + width]
