@@ -22,9 +22,9 @@ PARTIAL_STATS_BUDGET_BYTES = 32 << 20
 # partial statistics within PARTIAL_STATS_BUDGET_BYTES. Small, so that small calls fill the
 # GPU too (rollout-side scoring, small microbatches): on an H200 at V ~ 152k, 66 splits of
 # 9 tiles, one full wave at N = 256. Chosen for 16384 tokens (33 splits of 18 tiles) the
-# forward at N = 256 ran 66 programs on 132 multiprocessors, 1.62x the GEMM's GPU time
-# against 1.06x now; at N = 8192-32768 the 66 splits cost 0.1-0.2% (CUDA-graph replay,
-# docs/BENCHMARKS.md, "The host side").
+# forward at N = 256 ran 66 programs on 132 multiprocessors; with the host-side changes
+# beside this it went from 1.78x to 1.04x the GEMM there, and at N = 8192-32768 the
+# 66 splits time 0.99-1.00x the 33 (docs/BENCHMARKS.md, "The host side and small N").
 INVARIANT_SPLIT_TOKENS = 256
 
 # The backward materializes d(logits) for one block of tokens and one vocab chunk at a
