@@ -3,9 +3,9 @@
 stats [S, N, 4] are S shards' statistics in rank order (S = 1 without TP; the forward
 stage has merged its vocab splits already). One program owns BLOCK token rows and:
 
-1. folds the S shards in rank order, as merge_splits.py folds splits (m = max, s = sum
-   s_i e^(m_i - m), t = sum (t_i + s_i (m_i - m)) e^(m_i - m), z[label] = sum z_i), so a
-   row's result depends on its own values only (batch invariance);
+1. folds the S shards in rank order with merge_splits.py's ``fold_parts`` (m = max, s =
+   sum s_i e^(m_i - m), t = sum (t_i + s_i (m_i - m)) e^(m_i - m), z[label] = sum z_i), so
+   a row's result depends on its own values only (batch invariance);
 2. lse = m + log s, and with entropy E[z] = m + t / s and H = log s - t / s;
 3. with labels: valid = label != ignore_index, bad = valid and label outside
    [0, vocab_size); log p[label] = z[label] - lse, 0 where not valid, NaN where bad (and
@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .merge_splits import fold_parts
+
 FINALIZE_BLOCK = 256  # token rows per program
 I64_MAX = tl.constexpr(9223372036854775807)
 
@@ -34,22 +36,8 @@ def finalize_kernel(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr,
     pid = tl.program_id(0)
     rows = pid * BLOCK + tl.arange(0, BLOCK)
     keep = rows < N
-    m = tl.full([BLOCK], float("-inf"), tl.float32)
-    for s in range(num_shards):
-        m = tl.maximum(m, tl.load(stats_ptr + (s * N + rows).to(tl.int64) * 4, mask=keep,
-                                  other=0.0))
-    sum_s = tl.zeros([BLOCK], tl.float32)
-    sum_t = tl.zeros([BLOCK], tl.float32)
-    z_label = tl.zeros([BLOCK], tl.float32)
-    for s in range(num_shards):
-        src = stats_ptr + (s * N + rows).to(tl.int64) * 4
-        m_s = tl.load(src + 0, mask=keep, other=0.0)
-        s_s = tl.load(src + 1, mask=keep, other=1.0)
-        weight = tl.exp(m_s - m)  # every shard has >= 1 column: m_s is finite
-        sum_s += s_s * weight
-        if WITH_ENTROPY:
-            sum_t += (tl.load(src + 2, mask=keep, other=0.0) + s_s * (m_s - m)) * weight
-        z_label += tl.load(src + 3, mask=keep, other=0.0)
+    m, sum_s, sum_t, z_label = fold_parts(stats_ptr, rows, keep, N, num_shards, WITH_ENTROPY,
+                                          BLOCK)
     log_s = tl.log(sum_s)
     lse = m + log_s
     tl.store(lse_ptr + rows, lse, mask=keep)

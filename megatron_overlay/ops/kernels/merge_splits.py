@@ -16,26 +16,36 @@ MERGE_BLOCK = 256  # token rows per program
 
 
 @triton.jit
-def merge_splits_kernel(part_ptr, stats_ptr, N, num_splits,
-                        WITH_ENTROPY: tl.constexpr, BLOCK: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    keep = rows < N
+def fold_parts(part_ptr, rows, keep, N, num_parts, WITH_ENTROPY: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """(m, s, t, z[label]) of ``rows`` from [num_parts, N, 4] statistics, folded in part
+    order (vocab splits here; TP shards in finalize_stats.py)."""
     m = tl.full([BLOCK], float("-inf"), tl.float32)
-    for s in range(num_splits):
+    for s in range(num_parts):
         m = tl.maximum(m, tl.load(part_ptr + (s * N + rows).to(tl.int64) * 4, mask=keep,
                                   other=0.0))
     sum_s = tl.zeros([BLOCK], tl.float32)
     sum_t = tl.zeros([BLOCK], tl.float32)
     z_label = tl.zeros([BLOCK], tl.float32)
-    for s in range(num_splits):
+    for s in range(num_parts):
         src = part_ptr + (s * N + rows).to(tl.int64) * 4
         m_s = tl.load(src + 0, mask=keep, other=0.0)
         s_s = tl.load(src + 1, mask=keep, other=0.0)
-        weight = tl.exp(m_s - m)  # every split has >= 1 column: m_s is finite
+        weight = tl.exp(m_s - m)  # every part has >= 1 column: m_s is finite
         sum_s += s_s * weight
         if WITH_ENTROPY:
             sum_t += (tl.load(src + 2, mask=keep, other=0.0) + s_s * (m_s - m)) * weight
         z_label += tl.load(src + 3, mask=keep, other=0.0)
+    return m, sum_s, sum_t, z_label
+
+
+@triton.jit
+def merge_splits_kernel(part_ptr, stats_ptr, N, num_splits,
+                        WITH_ENTROPY: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    keep = rows < N
+    m, sum_s, sum_t, z_label = fold_parts(part_ptr, rows, keep, N, num_splits, WITH_ENTROPY,
+                                          BLOCK)
     dst = stats_ptr + rows.to(tl.int64) * 4
     tl.store(dst + 0, m, mask=keep)
     tl.store(dst + 1, sum_s, mask=keep)
