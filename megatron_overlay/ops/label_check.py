@@ -124,8 +124,7 @@ def record(bad: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def defer(bad: torch.Tensor, labels: torch.Tensor, vocab_size: int, ignore_index: int) -> None:
     """Queue the device-side check of one call's labels (CUDA; no sync)."""
     if labels.numel():
-        _defer(record(bad, labels),
-               partial(_message, vocab_size=vocab_size, ignore_index=ignore_index))
+        defer_record(record(bad, labels), labels, vocab_size, ignore_index)
 
 
 def defer_record(rec: torch.Tensor, labels: torch.Tensor, vocab_size: int,

@@ -106,7 +106,7 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
         mean_z, entropy = row_max + mean_shifted, log_sum_exp - mean_shifted
     if labels is not None:
         valid = labels != ignore_index
-        bad = label_check.bad_labels(labels, vocab_size, ignore_index)
+        bad = valid & label_check.bad_ids(labels, vocab_size)  # label_check.bad_labels
         log_probs = torch.where(valid, z_label - lse, 0.0)
         log_probs = torch.where(bad, float("nan"), log_probs)
         if with_entropy:

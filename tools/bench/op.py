@@ -2,9 +2,10 @@
 
 Per shape (N tokens, H hidden, V vocab; bf16, T = 0.7), every method's forward (no grad) and
 forward+backward (a loss on the per-token outputs), timed by tools/bench/timing.py (bursts;
-with ``--sync`` also single synchronized calls), ratios to the GEMM floor paired per round; then each method's peak extra memory, its max abs error
-vs fp64 on the first tokens, "invariant_rows" (of those tokens, how many come out bitwise
-the same computed alone) and "fb_extra_gib" (the fb peak beyond the two bf16 gradients).
+with ``--sync`` also single synchronized calls), ratios to the GEMM floor paired per round;
+then each method's peak extra memory, its max abs error vs fp64 on the first tokens,
+"invariant_rows" (of those tokens, how many come out bitwise the same computed alone) and
+"fb_extra_gib" (the fb peak beyond the two bf16 gradients).
 Methods: tools/bench/methods.py and peers.py. Writes results.json, table.md, bench.png.
 ``--baseline DIR``: DIR/megatron_overlay_base (from another commit) as the method "base",
 ratios to it paired per round ({phase}_vs_base), and the gradient check covers it too.
