@@ -56,8 +56,7 @@ class LinearLogprobsAt(torch.autograd.Function):
         if hidden.is_cuda:
             label_check.poll()  # earlier calls' checks that have finished (no wait)
         inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
-        no_label = torch.full((hidden.shape[0],), -1, dtype=torch.int64, device=hidden.device)
-        stats = impl.forward_stats(hidden, weight, no_label, inv_t, params.return_entropy,
+        stats = impl.forward_stats(hidden, weight, None, inv_t, params.return_entropy,
                                    logits_dtype=params.logits_dtype)
         # Out-of-range ids (ValueError on CPU and in strict mode, before this): their rows
         # get NaN log-probs and gradients, the ids are clamped so that no gather reads out

@@ -65,7 +65,7 @@ class LinearTopkLogprobs(torch.autograd.Function):
             local_labels = shard_labels(labels, vocab_start, weight.shape[0],
                                         params.ignore_index)
         else:
-            local_labels = torch.full((n,), -1, dtype=torch.int64, device=hidden.device)
+            local_labels = None
         inv_t = inverse_temperature(params.temperature, n, hidden.device)
         stats, values, ids = topk_impl.topk_stats(hidden, weight, local_labels, inv_t,
                                                   params.return_entropy, k,
@@ -87,8 +87,10 @@ class LinearTopkLogprobs(torch.autograd.Function):
         ctx.has_labels, ctx.logits_dtype = labels is not None, params.logits_dtype
         if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive
             # the chosen ids and the label: the ids whose log-probs carry gradients
-            local_ids = torch.cat([shard_ids(ids, vocab_start, weight.shape[0]),
-                                   local_labels[:, None]], dim=1)
+            label_ids = local_labels[:, None] if local_labels is not None else \
+                torch.full((n, 1), -1, dtype=torch.int64, device=hidden.device)
+            local_ids = torch.cat([shard_ids(ids, vocab_start, weight.shape[0]), label_ids],
+                                  dim=1)
             ctx.save_for_backward(hidden, weight, local_ids, lse, mean_z, valid, bad)
         return ids, topk_log_probs, log_probs, entropy
 

@@ -14,7 +14,9 @@ Shared by every stage:
       whose temperature was invalid, see ops/temperature.py).
   local_labels [N] / local_ids [N, K]: indices into this vocab shard (weight [V, H] is
       this rank's shard); a value outside [0, V) (-1, another shard's id less this
-      shard's start, an out-of-range label) matches no column: no label / id here.
+      shard's start, an out-of-range label) matches no column: no label / id here. The
+      forward stages also take ``local_labels=None``: no label in any row (z[label] = 0),
+      which spares the kernels the label's compare and sum over every logit.
   z = round(hidden @ weight.T) * inv_temperature (per row), accumulated in fp32 from
       operands of one dtype or a 16-bit one with an fp32 one; round is the identity by
       default (an fp32 head) and, with the keyword ``logits_dtype`` (bfloat16 or float16),
@@ -41,7 +43,7 @@ class LogprobStages(Protocol):
     """The log-prob / entropy stages (ops/linear_logprob.py, ops/linear_logprobs_at.py)."""
 
     def forward_stats(self, hidden: torch.Tensor, weight: torch.Tensor,
-                      local_labels: torch.Tensor, inv_temperature: InvTemperature,
+                      local_labels: torch.Tensor | None, inv_temperature: InvTemperature,
                       with_entropy: bool, *, logits_dtype: torch.dtype | None = None,
                       ) -> torch.Tensor:
         """[N, 4] fp32 per-token statistics of z over this shard: (m = max z,
@@ -95,7 +97,7 @@ class TopkStage(Protocol):
     with sparse terms."""
 
     def topk_stats(self, hidden: torch.Tensor, weight: torch.Tensor,
-                   local_labels: torch.Tensor, inv_temperature: InvTemperature,
+                   local_labels: torch.Tensor | None, inv_temperature: InvTemperature,
                    with_entropy: bool, k: int, *, logits_dtype: torch.dtype | None = None,
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(stats [N, 4] fp32 exactly as forward_stats, values [N, k] fp32: the k largest

@@ -36,10 +36,12 @@ VOCAB_CHUNK = 4096
 GATHER_BUDGET_BYTES = 32 << 20
 
 
-def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor | None,
                   inv_temperature, with_entropy: bool, *, logits_dtype: torch.dtype | None = None,
                   token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK) -> torch.Tensor:
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
+    if local_labels is None:
+        local_labels = torch.full((n_tokens,), -1, dtype=torch.int64, device=hidden.device)
     stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=hidden.device)
     stats[:, 0] = float("-inf")
     # Batch invariance (ops/batch_invariance.py): every tile has exactly token_chunk rows

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import torch
 
+from . import batch_invariance
 from .topk_merge import order_candidates, pad_candidates, tile_topk
 from .torch_chunked import TOKEN_CHUNK, VOCAB_CHUNK, forward_stats, rounded, row_slice
 
 
-def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor | None,
                inv_temperature, with_entropy: bool, k: int, *,
                logits_dtype: torch.dtype | None = None,
                token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK):
@@ -23,14 +24,20 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
     values = torch.full((n_tokens, k), float("-inf"), dtype=torch.float32, device=hidden.device)
     ids = torch.full((n_tokens, k), -1, dtype=torch.int64, device=hidden.device)
     stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=hidden.device)
+    # Batch invariance (ops/batch_invariance.py): every GEMM has exactly token_chunk rows
+    pad = batch_invariance.enabled()
     for n0 in range(0, n_tokens, token_chunk):
         rows = slice(n0, n0 + token_chunk)
         h = hidden[rows]
         inv_t = row_slice(inv_temperature, rows)
+        real = h.shape[0]
+        h_padded = h.float()
+        if pad and real < token_chunk:
+            h_padded = torch.cat([h_padded, h_padded.new_zeros(token_chunk - real, h.shape[1])])
         best_v = best_i = None
         for v0 in range(0, vocab, vocab_chunk):
             w = weight[v0:v0 + vocab_chunk]
-            z = rounded(h.float() @ w.float().T, logits_dtype).mul_(inv_t)
+            z = rounded((h_padded @ w.float().T)[:real], logits_dtype).mul_(inv_t)
             tile_v, tile_i = tile_topk(z, k, v0)
             if best_v is None:
                 best_v, best_i = tile_v, tile_i
@@ -41,7 +48,8 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
             best_v, best_i = pad_candidates(best_v, best_i, k)
             values[rows], ids[rows] = best_v, best_i
         chunk_inv_t = inv_t if not isinstance(inv_t, torch.Tensor) else inv_t[:, 0]
-        stats[rows] = forward_stats(h, weight, local_labels[rows], chunk_inv_t, with_entropy,
+        labels = None if local_labels is None else local_labels[rows]
+        stats[rows] = forward_stats(h, weight, labels, chunk_inv_t, with_entropy,
                                     logits_dtype=logits_dtype, token_chunk=token_chunk,
                                     vocab_chunk=vocab_chunk)
     return stats, values, ids

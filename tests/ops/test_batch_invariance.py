@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megatron_overlay.ops import batch_invariance, linear_logprob_entropy, torch_chunked
+from megatron_overlay.ops import (batch_invariance, linear_logprob_entropy, linear_topk_logprobs,
+                                  torch_chunked)
 
 H, V, N = 48, 9000, 1100  # V and N span several vocab and token tiles, both partial
 
@@ -49,6 +50,34 @@ def test_same_row_same_bits_whatever_n_and_position(threads, mode):
         assert torch.equal(lp, ref_lp[perm]) and torch.equal(ent, ref_ent[perm])
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("with_labels", [True, False])
+def test_topk_same_row_same_bits_whatever_n_and_position(with_labels):
+    """The top-k op: ids, their log-probs and (with labels) the labels' log-probs and the
+    entropy, bitwise, whatever N and the row's position; and the same bits as
+    linear_logprob_entropy's log-probs and entropy."""
+    hidden, weight, labels = _inputs()
+    kw = dict(labels=labels, return_entropy=True) if with_labels else {}
+
+    def topk(rows):
+        kw_rows = {**kw, "labels": labels[rows]} if with_labels else kw
+        return linear_topk_logprobs(hidden[rows], weight, 5, temperature=0.7, **kw_rows)
+
+    ref = topk(slice(None))
+    if with_labels:
+        lp, ent = linear_logprob_entropy(hidden, weight, labels, temperature=0.7)
+        assert torch.equal(ref.log_probs, lp) and torch.equal(ref.entropy, ent)
+    for n, start in ((1, 0), (1, 1099), (7, 3), (37, 500), (1029, 50)):
+        got = topk(slice(start, start + n))
+        for a, b in zip(got, ref):
+            if b is not None:
+                assert torch.equal(a, b[start:start + n]), (n, start)
+    perm = torch.randperm(N, generator=torch.Generator().manual_seed(1))
+    got = topk(perm)
+    for a, b in zip(got, ref):
+        if b is not None:
+            assert torch.equal(a, b[perm])
 
 
 def test_per_element_matches_plain_call_within_rounding():

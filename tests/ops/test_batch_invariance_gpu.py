@@ -1,5 +1,6 @@
 """Batch invariance of the Triton path on a GPU (skipped without one): a token's log-prob
-and entropy are bitwise the same whatever N and its position, in each precision mode; TP = 2
+and entropy, and its top-k (ids, log-probs, and with labels the labels' log-probs and the
+entropy), are bitwise the same whatever N and its position, in each precision mode; TP = 2
 too, with 2 GPUs."""
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 pytest.importorskip("triton", reason="Triton is not installed")
 
-from megatron_overlay.ops import linear_logprob_entropy  # noqa: E402
-from megatron_overlay.ops.kernels import autotune_configs  # noqa: E402
+from megatron_overlay.ops import linear_logprob_entropy, linear_topk_logprobs  # noqa: E402
+from megatron_overlay.ops.kernels import autotune_configs, topk_forward  # noqa: E402
 
 H, V = 512, 20000
 CASES = [(1, 0), (1, 2999), (7, 3), (128, 64), (129, 1000), (2000, 500)]
@@ -72,6 +73,59 @@ def test_row_blocked_launches_keep_the_bits(monkeypatch):
     assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
 
 
+def _check_topk(hidden, weight, labels, k, tp_group=None, logits_dtype=None):
+    """The top-k op's outputs, with and without labels, bitwise under slices and a
+    permutation of the rows; returns the full call's outputs with labels."""
+    def topk(rows, with_labels):
+        kw = dict(labels=labels[rows], return_entropy=True) if with_labels else {}
+        return linear_topk_logprobs(hidden[rows], weight, k, temperature=0.7,
+                                    tp_group=tp_group, logits_dtype=logits_dtype, **kw)
+
+    perm = torch.randperm(len(labels), generator=torch.Generator().manual_seed(1))
+    perm = perm.to(labels.device)
+    with torch.no_grad():
+        for with_labels in (True, False):
+            ref = topk(slice(None), with_labels)
+            for rows in [slice(start, start + n) for n, start in CASES] + [perm]:
+                got = topk(rows, with_labels)
+                for a, b in zip(got, ref):
+                    if b is not None:
+                        assert torch.equal(a, b[rows]), (rows, with_labels)
+        return topk(slice(None), True)
+
+
+@pytest.mark.parametrize("k", [1, 8, 32])
+def test_topk_same_bits_whatever_n_and_position(k):
+    """And, on the 16-bit tile the log-prob forward also runs, the labels' log-probs and
+    the entropy are linear_logprob_entropy's bit for bit (the same statistics' chunks)."""
+    hidden, weight, labels = _inputs()
+    top = _check_topk(hidden, weight, labels, k)
+    with torch.no_grad():
+        lp, ent = linear_logprob_entropy(hidden, weight, labels, temperature=0.7)
+    assert torch.equal(top.log_probs, lp) and torch.equal(top.entropy, ent)
+
+
+@pytest.mark.parametrize("dtype,weight_dtype,logits_dtype", [
+    (torch.float32, torch.float32, None), (torch.bfloat16, torch.bfloat16, torch.bfloat16),
+    (torch.float32, torch.bfloat16, None), (torch.bfloat16, torch.float32, None)],
+    ids=["fp32", "bf16 logits", "fp32 hidden", "fp32 weight"])
+def test_topk_precision_modes_same_bits(dtype, weight_dtype, logits_dtype):
+    _check_topk(*_inputs(dtype=dtype, weight_dtype=weight_dtype), 8, logits_dtype=logits_dtype)
+
+
+def test_topk_row_blocked_launches_keep_the_bits(monkeypatch):
+    """N past the top-k's partial budget runs in row blocks: same bits."""
+    hidden, weight, labels = _inputs()
+    with torch.no_grad():
+        ref = linear_topk_logprobs(hidden, weight, 8, temperature=0.7, labels=labels,
+                                   return_entropy=True)
+        monkeypatch.setattr(topk_forward, "TOPK_PARTIAL_BUDGET_BYTES", 300 * 2000)
+        got = linear_topk_logprobs(hidden, weight, 8, temperature=0.7, labels=labels,
+                                   return_entropy=True)
+    for a, b in zip(got, ref):
+        assert torch.equal(a, b)
+
+
 def _tp_worker(rank, port, result):
     import torch.distributed as dist
 
@@ -83,6 +137,8 @@ def _tp_worker(rank, port, result):
         shard = weight.shape[0] // 2
         _check(hidden, weight[rank * shard:(rank + 1) * shard].contiguous(), labels,
                tp_group=dist.group.WORLD)
+        _check_topk(hidden, weight[rank * shard:(rank + 1) * shard].contiguous(), labels, 8,
+                    tp_group=dist.group.WORLD)
         result[rank] = "ok"
     except Exception as e:  # reported by the parent
         result[rank] = f"{type(e).__name__}: {e}"

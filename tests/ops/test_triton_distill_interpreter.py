@@ -26,7 +26,7 @@ STATS_TOL = 2e-5
 CASES = ([f"topk-{n}x{h}x{v}-k{k}-{d}" for n, h, v, k in TOPK_SHAPES for d in DTYPES]
          + [f"rowtemp-{d}" for d in DTYPES] + [f"sparse-{d}" for d in DTYPES + ["float16"]]
          + [f"gather-{d}" for d in DTYPES]
-         + [f"op-{d}" for d in DTYPES]
+         + [f"op-{d}" for d in DTYPES] + [f"invariant-{d}" for d in DTYPES]
          + [f"modes-{m}" for m in ("bf16logits", "fp32hidden", "fp32weight")])
 # The precision modes (issue 18): (hidden dtype, weight dtype, logits_dtype)
 MODES = {"bf16logits": ("bfloat16", "bfloat16", "bfloat16"),
@@ -38,8 +38,8 @@ def _worker() -> int:
     assert os.environ.get("TRITON_INTERPRET") == "1"
     import torch
 
-    from megatron_overlay.ops import (linear_logprobs_at, linear_topk_logprobs, torch_chunked,
-                                      torch_topk)
+    from megatron_overlay.ops import (linear_logprob_entropy, linear_logprobs_at,
+                                      linear_topk_logprobs, torch_chunked, torch_topk)
     from megatron_overlay.ops.kernels import split_operand, triton_impl, triton_topk
 
     assert triton_impl.interpreting()
@@ -164,6 +164,43 @@ def _worker() -> int:
                 report[case] = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
                                 "dh_err": rel(dh, rdh), "dw_err": rel(dw, rdw),
                                 "dtype": str(dtype)[6:]}
+            elif kind == "invariant":  # batch invariance of the top-k kernel
+                hidden, weight, labels, _ = inputs(70, 16, 200, dtype, seed=12)
+                labels[labels < 0] = -100
+                # dyadic inputs: exact logits, since the interpreter's numpy dot can round a
+                # row differently by its place in the tile; what must not move with N is
+                # the statistics' fold and merge order (the chunks)
+                hidden = ((hidden.float() * 4).round() / 4).to(dtype)
+                weight = ((weight.float() * 8).round() / 8).to(dtype)
+                os.environ["MEGATRON_OVERLAY_IMPL"] = "triton"
+
+                def topk(rows, with_labels):
+                    kw = dict(labels=labels[rows], return_entropy=True) if with_labels else {}
+                    return linear_topk_logprobs(hidden[rows], weight, 4, temperature=0.7, **kw)
+
+                def same(got, ref, rows):
+                    return all(torch.equal(a, b[rows]) for a, b in zip(got, ref)
+                               if b is not None)
+
+                invariant = True
+                perm = torch.randperm(70, generator=torch.Generator().manual_seed(3))
+                for with_labels in (True, False):
+                    ref = topk(slice(None), with_labels)
+                    for rows in (slice(0, 1), slice(69, 70), slice(3, 10), slice(30, 63), perm):
+                        invariant &= same(topk(rows, with_labels), ref, rows)
+                lp, ent = linear_logprob_entropy(hidden, weight, labels, temperature=0.7)
+                ref = topk(slice(None), True)
+                as_logprob = torch.equal(ref.log_probs, lp) and torch.equal(ref.entropy, ent)
+                os.environ.pop("MEGATRON_OVERLAY_IMPL")
+                # the stage under every split count: the statistics' chunks do not move
+                local = torch.where(labels < 0, -1, labels)
+                by_split = [triton_topk.topk_stats(hidden, weight, local, 1 / 0.7, True, 4,
+                                                   splits=s) for s in (None, 1, 2, 3, 7)]
+                splits_same = all(torch.equal(a, b) for got in by_split[1:]
+                                  for a, b in zip(got, by_split[0]))
+                report[case] = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
+                                "invariant": invariant, "as_logprob": as_logprob,
+                                "splits_same": splits_same, "dtype": str(dtype)[6:]}
             else:  # both new ops through autograd, triton vs torch
                 hidden, weight, labels, inv_t = inputs(33, 32, 130, dtype, seed=11)
                 labels[labels < 0] = -100
@@ -216,6 +253,9 @@ def test_interpreter_case(report, case):
     assert res["stats_err"] < tol, res
     # op values: fp32 log-probs of bf16 inputs, summed in different orders
     assert res["values_err"] < (1e-4 if case.startswith("op-") else tol), res
+    if "invariant" in res:  # bits whatever N, the row's position and the split count
+        assert res["invariant"] and res["splits_same"], res
+        assert res["as_logprob"], res  # the same bits as linear_logprob_entropy's
     if "dh_err" in res:
         tol = GRAD_TOL[res["dtype"]]
         assert res["dh_err"] < tol and res["dw_err"] < tol, res

@@ -21,7 +21,8 @@ NEG_BIG = tl.constexpr(-1.0e30)
 
 @triton.jit
 def work_item(labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, group_m,
-              BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, ROW_INV_T: tl.constexpr):
+              BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, ROW_INV_T: tl.constexpr,
+              HAS_LABELS: tl.constexpr):
     """This program's work item, in grouped order: (split, first token row m0, the token
     rows, their labels, inv_t, inv_t_col, first vocab tile, end vocab tile).
 
@@ -34,7 +35,9 @@ def work_item(labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, g
     pid_m, split = grouped_ids(pid, num_m, num_splits, group_m)
     m0 = pid_m * BLOCK_M
     rows = m0 + tl.arange(0, BLOCK_M)
-    labels = tl.load(labels_ptr + rows, mask=rows < N, other=-1).to(tl.int32)
+    labels = tl.full([BLOCK_M], -1, tl.int32)  # no labels: ``labels_ptr`` unused
+    if HAS_LABELS:
+        labels = tl.load(labels_ptr + rows, mask=rows < N, other=-1).to(tl.int32)
     inv_t_col = inv_t
     if ROW_INV_T:
         inv_t = tl.load(inv_t_ptr + rows, mask=rows < N, other=1.0)

@@ -58,7 +58,8 @@ from .split_operand import split_hi_lo_into, split_rows
 
 @triton.jit
 def _fold_tile(acc, v0, labels, V, inv_t, inv_t_col, m_i, s_i, t_i, zl_i,
-               BLOCK_V: tl.constexpr, WITH_ENTROPY: tl.constexpr, LOGITS_DTYPE: tl.constexpr):
+               BLOCK_V: tl.constexpr, WITH_ENTROPY: tl.constexpr, LOGITS_DTYPE: tl.constexpr,
+               HAS_LABELS: tl.constexpr):
     """Fold one [BLOCK_M, BLOCK_V] tile of raw logits ``acc`` (rounded to LOGITS_DTYPE
     first, if given) into the running stats.
 
@@ -69,7 +70,8 @@ def _fold_tile(acc, v0, labels, V, inv_t, inv_t_col, m_i, s_i, t_i, zl_i,
     values as [BLOCK_M] and as [BLOCK_M, 1], for the row sums and for the tile.
     """
     acc = round_logits(acc, LOGITS_DTYPE)
-    zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
+    if HAS_LABELS:
+        zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
     acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
     m_i, s_i, t_i = fold_max(acc, tl.max(acc, axis=1), inv_t, inv_t_col, m_i, s_i, t_i,
                              WITH_ENTROPY)
@@ -85,6 +87,7 @@ def forward_stats_kernel(
     WITH_ENTROPY: tl.constexpr, USE_TMA: tl.constexpr, LOOP: tl.constexpr,
     WARP_SPEC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
     ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr,
+    HAS_LABELS: tl.constexpr,
 ):
     """``ROW_INV_T``: per-row inverse temperatures at ``inv_t_ptr`` [N] (``inv_t`` unused);
     else the scalar ``inv_t`` for every row (``inv_t_ptr`` unused). ``LOGITS_DTYPE``: None,
@@ -93,7 +96,7 @@ def forward_stats_kernel(
     ``*_lo_src`` are unused)."""
     split, m0, rows, labels, inv_t, inv_t_col, v_begin, v_end = work_item(
         labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, group_m,
-        BLOCK_M, BLOCK_V, ROW_INV_T)
+        BLOCK_M, BLOCK_V, ROW_INV_T, HAS_LABELS)
     k_tiles = tl.cdiv(H, BLOCK_K)
     m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
 
@@ -108,7 +111,7 @@ def forward_stats_kernel(
             if kk == k_tiles - 1:
                 m_i, s_i, t_i, zl_i = _fold_tile(acc, vt * BLOCK_V, labels, V, inv_t, inv_t_col,
                                                   m_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY,
-                                                  LOGITS_DTYPE)
+                                                  LOGITS_DTYPE, HAS_LABELS)
                 acc = tl.zeros((BLOCK_M, BLOCK_V), tl.float32)
     else:
         for vt in tl.range(v_begin, v_end, flatten=LOOP == 1):
@@ -120,7 +123,7 @@ def forward_stats_kernel(
                                DOT_PRECISION, UPCAST_DOT)
             m_i, s_i, t_i, zl_i = _fold_tile(acc, v0, labels, V, inv_t, inv_t_col,
                                               m_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY,
-                                              LOGITS_DTYPE)
+                                              LOGITS_DTYPE, HAS_LABELS)
 
     store_stats(part_ptr, split, rows, N, m_i, s_i, t_i, zl_i)
 
@@ -148,6 +151,14 @@ def choose_splits(num_m: int, num_v: int, n_rows: int, num_sms: int, group_m: in
     return best[1], best[2]
 
 
+def invariant_chunk_tiles(num_v: int, num_sms: int, cfg: KernelConfig) -> int:
+    """Vocab tiles per split under batch invariance: chosen for a fixed token count
+    (autotune_configs.INVARIANT_SPLIT_TOKENS), so V and the GPU fix it, never N. The top-k
+    kernel folds its statistics in chunks of this many tiles (topk_forward.py)."""
+    ref = autotune_configs.INVARIANT_SPLIT_TOKENS
+    return choose_splits(triton.cdiv(ref, cfg.block_m), num_v, ref, num_sms, cfg.group_m)[1]
+
+
 def forward_splits(n_tokens: int, num_v: int, num_sms: int, cfg: KernelConfig):
     """(splits, vocab tiles per split, tokens per launch).
 
@@ -160,21 +171,20 @@ def forward_splits(n_tokens: int, num_v: int, num_sms: int, cfg: KernelConfig):
         splits, per_split = choose_splits(triton.cdiv(n_tokens, cfg.block_m), num_v, n_tokens,
                                           num_sms, cfg.group_m)
         return splits, per_split, n_tokens
-    ref = autotune_configs.INVARIANT_SPLIT_TOKENS
-    splits, per_split = choose_splits(triton.cdiv(ref, cfg.block_m), num_v, ref, num_sms,
-                                      cfg.group_m)
+    per_split = invariant_chunk_tiles(num_v, num_sms, cfg)
+    splits = triton.cdiv(num_v, per_split)
     rows = autotune_configs.PARTIAL_STATS_BUDGET_BYTES // (16 * splits)
     rows = max(cfg.block_m, rows // cfg.block_m * cfg.block_m)
     return splits, per_split, min(rows, n_tokens)
 
 
-def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor | None,
                   inv_temperature, with_entropy: bool, *, logits_dtype: torch.dtype | None = None,
                   config: KernelConfig | None = None, use_tma: bool | None = None) -> torch.Tensor:
     """The contract's forward. Mixed operands (split_operand.py): an fp32 weight is split
     a vocab chunk at a time (each chunk's statistics merged as the splits' are), fp32
     hidden states a token block at a time."""
-    check_device(hidden, weight, local_labels)
+    check_device(hidden, weight, *([] if local_labels is None else [local_labels]))
     rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
     vocab = weight.shape[0]
@@ -184,7 +194,7 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
         return stats
     stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=hidden.device)  # all written
     hidden, weight = rowmajor(hidden), rowmajor(weight)
-    labels = local_labels.contiguous()
+    labels = None if local_labels is None else local_labels.contiguous()
     lo, mma = lo_operand(hidden, weight), mma_dtype(hidden, weight)
     if use_tma is None:
         use_tma = default_tma(hidden, weight)
@@ -200,7 +210,8 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
     w_halves = torch.empty(2, chunk, hidden_size, dtype=mma, device=hidden.device)
     for c, v0 in enumerate(range(0, vocab, chunk)):
         w_parts = split_hi_lo_into(weight[v0:v0 + chunk], w_halves)
-        launch.rows(hidden, w_parts, labels - v0 if v0 else labels, per_chunk[c])
+        launch.rows(hidden, w_parts, labels - v0 if v0 and labels is not None else labels,
+                    per_chunk[c])
     if chunk < vocab:
         merge_splits(per_chunk, stats, bool(with_entropy))
     return stats
@@ -248,7 +259,8 @@ class _Launch:
             if inv_t_rows is not None and not one_block:
                 inv_t_rows = inv_t_rows[r0:r0 + rows]
             forward_stats_kernel[(triton.cdiv(rows, cfg.block_m) * splits,)](
-                h_src, h_lo_src, w_src, w_lo_src, labels if one_block else labels[r0:r0 + rows],
+                h_src, h_lo_src, w_src, w_lo_src,
+                stats if labels is None else labels if one_block else labels[r0:r0 + rows],
                 out, stats if inv_t_rows is None else inv_t_rows,
                 rows, vocab, hidden_size, h_hi.stride(0), w_parts[0].stride(0), self.inv_t,
                 splits, per_split, cfg.group_m,
@@ -256,7 +268,8 @@ class _Launch:
                 WITH_ENTROPY=self.with_entropy, USE_TMA=tma, LOOP=cfg.loop,
                 WARP_SPEC=cfg.warp_specialize, DOT_PRECISION=dot_precision(mma),
                 UPCAST_DOT=upcast_dot(mma), ROW_INV_T=inv_t_rows is not None,
-                LOGITS_DTYPE=self.rounding, LO=lo, num_warps=cfg.num_warps,
+                LOGITS_DTYPE=self.rounding, LO=lo, HAS_LABELS=labels is not None,
+                num_warps=cfg.num_warps,
                 num_stages=cfg.num_stages,
             )
             if part is not None:

@@ -48,6 +48,8 @@ from .autotune_configs import KernelConfig
 from .launch import (check_device, default_tma, dot_precision, interpreting, inv_t_args,
                      lo_operand, logits_rounding, mma_dtype, rowmajor, sm_count, tile_source,
                      upcast_dot)
+from .. import batch_invariance
+from .logprob_forward import invariant_chunk_tiles
 from .merge_splits import merge_splits
 from .split_operand import split_hi_lo_into, split_rows
 
@@ -79,38 +81,28 @@ def _columns(BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, OPAQUE: tl.constexpr)
 
 
 @triton.jit
-def _next_candidate(acc, best, col, thr, v0, BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr,
-                    OPAQUE: tl.constexpr):
-    """Each row's largest (value, lowest column) strictly below (best, col) in (value desc,
-    column asc) order and strictly above ``thr``; ``has``: whether there is one."""
-    pos = col - v0
-    idx = _columns(BLOCK_M, BLOCK_V, OPAQUE)
-    below = (acc < best[:, None]) | ((acc == best[:, None]) & (idx > pos[:, None]))
-    nxt = tl.where(below & (acc > thr[:, None]), acc, float("-inf"))
-    best, pos = tl.max(nxt, axis=1, return_indices=True, return_indices_tie_break_left=True)
-    return best, v0 + pos, best > thr
-
-
-@triton.jit
 def _offer_tile(acc, acc_max, arg_max, v0, run_v, run_i, BLOCK_M: tl.constexpr,
                 BLOCK_V: tl.constexpr, KP: tl.constexpr, OPAQUE: tl.constexpr):
-    """Offer one padded raw tile to the running top-k (see the module docstring)."""
+    """Offer one padded raw tile to the running top-k (see the module docstring). The
+    tile is the kernel's to overwrite: the statistics have been folded."""
     best = acc_max
-    col = v0 + arg_max
-    if KP == 1:  # top-1: a running argmax
+    pos = arg_max
+    if KP == 1:
         better = (best > tl.max(run_v, axis=1))[:, None]
         run_v = tl.where(better, best[:, None], run_v)
-        run_i = tl.where(better, col[:, None], run_i)
+        run_i = tl.where(better, (v0 + pos)[:, None], run_i)
     else:
         thr = tl.min(run_v, axis=1)
         has = best > thr
-        # candidates per row: the row maximum is taken without a scan; the rounds below
-        # run only in tiles where some row has a second one (few, past the first tiles)
         more = tl.max(tl.sum((acc > thr[:, None]).to(tl.int32), axis=1), axis=0) > 1
-        run_v, run_i, thr = _take(best, col, has, thr, run_v, run_i)
+        run_v, run_i, thr = _take(best, v0 + pos, has, thr, run_v, run_i)
         while more:
-            best, col, has = _next_candidate(acc, best, col, thr, v0, BLOCK_M, BLOCK_V, OPAQUE)
-            run_v, run_i, thr = _take(best, col, has, thr, run_v, run_i)
+            idx = _columns(BLOCK_M, BLOCK_V, OPAQUE)
+            acc = tl.where(idx == pos[:, None], float("-inf"), acc)
+            best, pos = tl.max(acc, axis=1, return_indices=True,
+                               return_indices_tie_break_left=True)
+            has = best > thr
+            run_v, run_i, thr = _take(best, v0 + pos, has, thr, run_v, run_i)
             more = tl.max(has.to(tl.int32), axis=0) > 0
     return run_v, run_i
 
@@ -119,17 +111,17 @@ def _offer_tile(acc, acc_max, arg_max, v0, run_v, run_i, BLOCK_M: tl.constexpr,
 def topk_stats_kernel(
     h_src, h_lo_src, w_src, w_lo_src, labels_ptr, part_ptr, part_v_ptr, part_i_ptr, inv_t_ptr,
     N, V, H, K, stride_h, stride_w, inv_t,
-    num_splits, tiles_per_split, group_m,
+    num_splits, tiles_per_split, chunk_tiles, group_m,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KP: tl.constexpr,
     WITH_ENTROPY: tl.constexpr, USE_TMA: tl.constexpr, DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr, ROW_INV_T: tl.constexpr, OPAQUE_COLUMNS: tl.constexpr,
-    LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr,
+    LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr, HAS_LABELS: tl.constexpr,
 ):
     """``LO`` and ``LOGITS_DTYPE`` as logprob_forward's kernel: the raw tile is rounded
     before the statistics and the top-k see it."""
     split, m0, rows, labels, inv_t, inv_t_col, v_begin, v_end = work_item(
         labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, group_m,
-        BLOCK_M, BLOCK_V, ROW_INV_T)
+        BLOCK_M, BLOCK_V, ROW_INV_T, HAS_LABELS)
     k_tiles = tl.cdiv(H, BLOCK_K)
     m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
     slots = tl.arange(0, KP)
@@ -146,15 +138,18 @@ def topk_stats_kernel(
                            stride_h, stride_w, acc, BLOCK_M, BLOCK_V, BLOCK_K, USE_TMA, LO,
                            DOT_PRECISION, UPCAST_DOT)
         acc = round_logits(acc, LOGITS_DTYPE)
-        zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
+        if HAS_LABELS:
+            zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
         acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
         acc_max, arg_max = tl.max(acc, axis=1, return_indices=True,
                                   return_indices_tie_break_left=True)
+        m_i, s_i, t_i = fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i, WITH_ENTROPY)
         run_v, run_i = _offer_tile(acc, acc_max, arg_max, v0, run_v, run_i, BLOCK_M, BLOCK_V,
                                    KP, OPAQUE_COLUMNS)
-        m_i, s_i, t_i = fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i, WITH_ENTROPY)
+        if ((vt + 1) % chunk_tiles == 0) | (vt + 1 == v_end):  # a chunk's statistics end
+            store_stats(part_ptr, vt // chunk_tiles, rows, N, m_i, s_i, t_i, zl_i)
+            m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
 
-    store_stats(part_ptr, split, rows, N, m_i, s_i, t_i, zl_i)
     keep = rows < N
     # raw -> z; padded columns (ids >= V: a split with fewer than k real columns) -> -inf
     run_v = tl.where(run_i < V, run_v * inv_t_col, float("-inf"))
@@ -170,8 +165,8 @@ def topk_stats_kernel(
 # of statistics) stay under this, and the host merges them a block of rows at a time with
 # about MERGE_BUDGET_BYTES of sort temporaries: the issue's forward target is <= 64 MiB
 # beyond the outputs.
-TOPK_PARTIAL_BUDGET_BYTES = 32 << 20
-MERGE_BUDGET_BYTES = 16 << 20
+TOPK_PARTIAL_BUDGET_BYTES = 44 << 20
+MERGE_BUDGET_BYTES = 12 << 20
 # A work item's fixed cost in vocab tiles (pipeline fill, its first tiles' top-k rounds, its
 # partial lists and their merge): what makes 33 splits of 18 tiles slower than 2 of 297.
 ITEM_COST_TILES = 2
@@ -200,8 +195,12 @@ def _config(dtype: torch.dtype, lo: int) -> KernelConfig:
 
 
 @functools.lru_cache(maxsize=4096)
-def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int) -> tuple[int, int]:
-    """(splits, vocab tiles per split), under the partial-list budget.
+def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int, unit: int = 1,
+            fixed_bytes: int = 0, split_bytes: int | None = None) -> tuple[int, int]:
+    """(splits, vocab tiles per split), the tiles per split a multiple of ``unit`` (the
+    statistics' chunk), under the partial budget: ``fixed_bytes`` a row whatever the split
+    count (the chunks' statistics), ``split_bytes`` a row and split (its top-k list, and
+    its statistics when they are per split; default 16 + 8 k).
 
     The span, waves x (tiles per work item + ITEM_COST_TILES) (the last wave's idle
     multiprocessors count), is what the GEMM costs; among split counts within 1% of the
@@ -210,29 +209,34 @@ def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int) -> tuple[
     tiles in flight keep their hidden rows in L2). Picked from a sweep of split counts on
     one H200 (docs/BENCHMARKS.md).
     """
-    cap = max(1, min(num_v, TOPK_PARTIAL_BUDGET_BYTES // ((16 + 8 * k) * max(n_rows, 1))))
+    split_bytes = 16 + 8 * k if split_bytes is None else split_bytes
+    room = TOPK_PARTIAL_BUDGET_BYTES // max(n_rows, 1) - fixed_bytes
+    cap = max(1, min(num_v, room // split_bytes))
     two_waves = max(1, min(cap, math.ceil(2 * num_sms / num_m)))
+    # each split count's tiles per split, rounded up to the unit: [(splits, per_split)]
+    layouts = {}
+    for s in range(1, cap + 1):
+        per_split = -(-math.ceil(num_v / s) // unit) * unit
+        layouts.setdefault(math.ceil(num_v / per_split), per_split)
 
     def span(splits: int) -> int:
-        per_split = math.ceil(num_v / splits)
-        waves = math.ceil(num_m * math.ceil(num_v / per_split) / num_sms)
-        return waves * (per_split + ITEM_COST_TILES)
+        waves = math.ceil(num_m * splits / num_sms)
+        return waves * (layouts[splits] + ITEM_COST_TILES)
 
-    shortest = min(span(s) for s in range(1, cap + 1))
-    near = [s for s in range(1, cap + 1) if span(s) <= shortest * 1.01]
+    shortest = min(span(s) for s in layouts)
+    near = sorted(s for s in layouts if span(s) <= shortest * 1.01)
     chosen = near[0] if k > 8 else min(near, key=lambda s: (abs(s - two_waves), s))
-    per_split = math.ceil(num_v / chosen)
-    return math.ceil(num_v / per_split), per_split
+    return chosen, layouts[chosen]
 
 
-def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor | None,
                inv_temperature, with_entropy: bool, k: int, *,
                logits_dtype: torch.dtype | None = None, config: KernelConfig | None = None,
                use_tma: bool | None = None, splits: int | None = None):
     """The top-k stage contract. Mixed operands (split_operand.py): fp32 hidden states are
     split a token block at a time (rows are independent), an fp32 weight a vocab chunk at
     a time (the chunks' statistics merged as splits', their top-k lists as TP shards')."""
-    check_device(hidden, weight, local_labels)
+    check_device(hidden, weight, *([] if local_labels is None else [local_labels]))
     rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
     vocab = weight.shape[0]
@@ -243,7 +247,7 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
         return (stats, torch.full((n_tokens, k), float("-inf"), device=dev),
                 torch.full((n_tokens, k), PAD_ID, dtype=torch.int64, device=dev))
     hidden, weight = rowmajor(hidden), rowmajor(weight)
-    labels = local_labels.contiguous()
+    labels = None if local_labels is None else local_labels.contiguous()
     lo, mma = lo_operand(hidden, weight), mma_dtype(hidden, weight)
     if use_tma is None:
         use_tma = default_tma(hidden, weight)
@@ -258,7 +262,7 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
         halves = torch.empty(2, block, hidden_size, dtype=mma, device=dev)
         per_row = isinstance(inv_temperature, torch.Tensor)
         outs = [run(split_hi_lo_into(hidden[r0:r0 + block], halves), (weight, weight),
-                    labels[r0:r0 + block],
+                    None if labels is None else labels[r0:r0 + block],
                     inv_temperature[r0:r0 + block] if per_row else inv_temperature)
                 for r0 in range(0, n_tokens, block)]
         return tuple(torch.cat(parts) for parts in zip(*outs))
@@ -269,7 +273,8 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
     per_chunk, values, ids = [], [], []
     for v0 in range(0, vocab, chunk):
         st, va, ix = run((hidden, hidden), split_hi_lo_into(weight[v0:v0 + chunk], halves),
-                         labels - v0 if v0 else labels, inv_temperature)
+                         labels - v0 if v0 and labels is not None else labels,
+                         inv_temperature)
         per_chunk.append(st)
         values.append(va)
         ids.append(torch.where(ix == PAD_ID, ix, ix + v0))
@@ -297,20 +302,61 @@ def _best_k(n_tokens, k, width, candidates, dev):
 def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
                 mma, rounding, splits):
     """topk_stats over the rows of ``h_parts`` and the vocab range of ``w_parts`` (each an
-    operand twice, or an fp32 operand's hi and lo)."""
+    operand twice, or an fp32 operand's hi and lo), in blocks of rows where the partial
+    statistics and lists of all the rows would not fit their budget.
+
+    Batch invariance (ops/batch_invariance.py): the statistics are folded and stored per
+    chunk of vocab tiles, the chunks those of the log-prob forward (V and the GPU fix them,
+    never N: logprob_forward.invariant_chunk_tiles), and merged in chunk order, whatever
+    the split count the top-k's lists take for this N; the top-k values are dot products,
+    the same whatever the split. Off, statistics go per split.
+    """
+    n_tokens = h_parts[0].shape[0]
+    num_v = triton.cdiv(w_parts[0].shape[0], cfg.block_v)
+    num_sms = sm_count(h_parts[0].device)
+    chunk_tiles = invariant_chunk_tiles(num_v, num_sms, cfg) if batch_invariance.enabled() \
+        else None
+    if chunk_tiles is None:  # statistics per split
+        per_row = 16 + 8 * k
+    else:  # per chunk, plus one list per split
+        per_row = 16 * triton.cdiv(num_v, chunk_tiles) + 8 * k
+    block = max(cfg.block_m, TOPK_PARTIAL_BUDGET_BYTES // per_row // cfg.block_m * cfg.block_m)
+    if n_tokens <= block:
+        return _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
+                           tma, lo, mma, rounding, splits, chunk_tiles)
+    per_row_t = isinstance(inv_temperature, torch.Tensor)
+    outs = [_topk_block((h_parts[0][r0:r0 + block], h_parts[1][r0:r0 + block]), w_parts,
+                        None if labels is None else labels[r0:r0 + block],
+                        inv_temperature[r0:r0 + block] if per_row_t else inv_temperature,
+                        with_entropy, k, cfg, tma, lo, mma, rounding, splits, chunk_tiles)
+            for r0 in range(0, n_tokens, block)]
+    return tuple(torch.cat(parts) for parts in zip(*outs))
+
+
+def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
+                mma, rounding, splits, chunk_tiles):
+    """One launch of the kernel over all the rows of ``h_parts``; ``chunk_tiles``: the
+    statistics' chunk (None: per split)."""
     (h_hi, h_lo), (w_hi, w_lo) = h_parts, w_parts
     n_tokens, hidden_size = h_hi.shape
     vocab = w_hi.shape[0]
     dev = h_hi.device
-    stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=dev)
+    stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=dev)
     num_m = triton.cdiv(n_tokens, cfg.block_m)
     num_v = triton.cdiv(vocab, cfg.block_v)
+    unit = chunk_tiles or 1
     if splits is None:
-        splits, per_split = _splits(num_m, num_v, n_tokens, k, sm_count(dev))
+        if chunk_tiles is None:
+            splits, per_split = _splits(num_m, num_v, n_tokens, k, sm_count(dev))
+        else:
+            splits, per_split = _splits(num_m, num_v, n_tokens, k, sm_count(dev), unit,
+                                        16 * triton.cdiv(num_v, unit), 8 * k)
     else:  # tools: a given split count (fewer where the vocab tiles run out)
-        per_split = math.ceil(num_v / max(1, min(splits, num_v)))
+        per_split = -(-math.ceil(num_v / max(1, min(splits, num_v))) // unit) * unit
         splits = math.ceil(num_v / per_split)
-    part = stats if splits == 1 else torch.empty(splits, n_tokens, 4, dtype=torch.float32,
+    chunk_tiles = chunk_tiles or per_split
+    chunks = triton.cdiv(num_v, chunk_tiles)
+    part = stats if chunks == 1 else torch.empty(chunks, n_tokens, 4, dtype=torch.float32,
                                                  device=dev)
     part_v = torch.empty(splits, n_tokens, k, dtype=torch.float32, device=dev)
     part_i = torch.empty(splits, n_tokens, k, dtype=torch.int32, device=dev)
@@ -320,17 +366,18 @@ def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     topk_stats_kernel[(num_m * splits,)](
         h_src, tile_source(h_lo, [cfg.block_m, cfg.block_k], tma) if lo == 1 else h_src,
         w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], tma) if lo == 2 else w_src,
-        labels, part, part_v, part_i, stats if inv_t_rows is None else inv_t_rows,
+        stats if labels is None else labels, part, part_v, part_i,
+        stats if inv_t_rows is None else inv_t_rows,
         n_tokens, vocab, hidden_size, k, h_hi.stride(0), w_hi.stride(0), inv_t,
-        splits, per_split, cfg.group_m,
+        splits, per_split, chunk_tiles, cfg.group_m,
         BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
         KP=triton.next_power_of_2(k), WITH_ENTROPY=with_entropy, USE_TMA=tma,
         DOT_PRECISION=dot_precision(mma), UPCAST_DOT=upcast_dot(mma),
         ROW_INV_T=inv_t_rows is not None, OPAQUE_COLUMNS=not interpreting(),
-        LOGITS_DTYPE=rounding, LO=lo,
+        LOGITS_DTYPE=rounding, LO=lo, HAS_LABELS=labels is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    if splits > 1:
+    if chunks > 1:
         merge_splits(part, stats, with_entropy)
 
     def candidates(rows):  # the splits' lists of these rows side by side
