@@ -16,6 +16,9 @@
 #                       for those operands, `bench op` of each mode
 #                       against the bf16 GEMM (SHAPES, ROUNDS, METHODS; OP=0 skips it, TESTS=0 the
 #                       tests)
+#   distill WHEELS      issue 20: the top-k / logits-at / invariance / graph GPU tests
+#                       (TESTS=0 skips), `bench distill --sync` (DISTILL=0 skips), `bench op
+#                       --sync` of gemm and ours (OP=1 runs it); both protocols (ROUNDS)
 #   smoke WHEELS        every GPU subcommand of `python -m tools.bench`, tiny, one GPU (~3 min)
 # WHEELS holds upstream's megatron_core-<release>-*.whl; PEER_WHEELS the peers' wheels
 # (docs/BENCHMARKS.md says how they are made).
@@ -143,6 +146,18 @@ modes)
     --methods ${METHODS:-gemm,ours,ours_bf16_logits,ours_fp32_hidden,ours_fp32_weight} 2>&1 |
     tail -20
   ;;
+distill)
+  install_upstream 0.19.2 "$1" /tmp/site || exit 1
+  export PYTHONPATH=/tmp/site:$PWD CUDA_VISIBLE_DEVICES=0
+  [ "${TESTS:-1}" = 0 ] || timeout "${PYTEST_TIMEOUT:-330}" python3 -m pytest -q -rs \
+    -p no:cacheprovider -m gpu tests/ops/test_triton_distill_gpu.py \
+    tests/ops/test_batch_invariance_gpu.py tests/ops/test_cuda_graphs.py \
+    tests/ops/test_triton_gpu.py 2>&1 | tee "$OUT/pytest.txt" | tail -15
+  [ "${DISTILL:-1}" = 0 ] || bench distill --sync --rounds ${ROUNDS:-5} \
+    --out "$OUT/distill" 2>&1 | grep -E "k=|gemm|done" | tail -60
+  [ "${OP:-0}" = 0 ] || bench op --sync --methods gemm,ours --rounds ${ROUNDS:-5} \
+    --no-grad-check --out "$OUT/op" 2>&1 | tail -12
+  ;;
 smoke)
   install_upstream 0.19.2 "$1" /tmp/site || exit 1
   export PYTHONPATH=/tmp/site:$PWD CUDA_VISIBLE_DEVICES=0
@@ -167,7 +182,7 @@ smoke)
     [ -f "$OUT/$i.log" ] && tail -3 "$OUT/$i.log"
   done
   ;;
-*) echo "unknown mode $MODE (verify, checks, protocols, peers, hybrid, multi-gpu, heads, modes, smoke)"; exit 2 ;;
+*) echo "unknown mode $MODE (verify, checks, protocols, peers, hybrid, multi-gpu, heads, modes, distill, smoke)"; exit 2 ;;
 esac
 if [ -n "${PACK:-}" ]; then
   tar -czf "$OUT.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")" && rm -rf "$OUT"

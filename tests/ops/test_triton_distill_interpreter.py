@@ -27,6 +27,7 @@ CASES = ([f"topk-{n}x{h}x{v}-k{k}-{d}" for n, h, v, k in TOPK_SHAPES for d in DT
          + [f"rowtemp-{d}" for d in DTYPES] + [f"sparse-{d}" for d in DTYPES + ["float16"]]
          + [f"gather-{d}" for d in DTYPES]
          + [f"op-{d}" for d in DTYPES] + [f"invariant-{d}" for d in DTYPES]
+         + ["mergetopk-float32"]
          + [f"modes-{m}" for m in ("bf16logits", "fp32hidden", "fp32weight")])
 # The precision modes (issue 18): (hidden dtype, weight dtype, logits_dtype)
 MODES = {"bf16logits": ("bfloat16", "bfloat16", "bfloat16"),
@@ -164,6 +165,30 @@ def _worker() -> int:
                 report[case] = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
                                 "dh_err": rel(dh, rdh), "dw_err": rel(dw, rdw),
                                 "dtype": str(dtype)[6:]}
+            elif kind == "mergetopk":  # the splits' lists merge: kernel vs torch's sorts
+                from megatron_overlay.ops.kernels.merge_topk import merge_topk
+                from megatron_overlay.ops.topk_merge import PAD_ID, order_candidates
+                g = torch.Generator().manual_seed(13)
+                splits, n, k, vocab = 3, 37, 6, 50
+                part_v = (torch.randint(-4, 5, (splits, n, k), generator=g) / 2).float()
+                part_v[0, :5] = -0.0  # equal values across splits, -0.0 beside +0.0
+                part_v[1, :5] = 0.0
+                # each id once a row (splits hold disjoint vocab ranges)
+                part_i = torch.stack([torch.randperm(vocab, generator=g)[:splits * k]
+                                      for _ in range(n)]).view(n, splits, k)
+                part_i = part_i.permute(1, 0, 2).contiguous().int()
+                part_i[2, 7:9, 3:] = vocab + torch.arange(3).int()  # unfilled slots
+                part_v[2, 7:9, 3:] = float("-inf")
+                part_v[:, 11] = float("nan")  # an invalid temperature's row
+                got_v, got_i = merge_topk(part_v, part_i, vocab)
+                cand_i = part_i.permute(1, 0, 2).reshape(n, -1).long()
+                cand_i = torch.where(cand_i >= vocab, PAD_ID, cand_i)
+                ref_v, ref_i = order_candidates(part_v.permute(1, 0, 2).reshape(n, -1),
+                                                cand_i, k)
+                report[case] = {"stats_err": 0.0, "dtype": "float32",
+                                "values_err": 0.0 if torch.equal(got_v.isnan(), ref_v.isnan())
+                                and torch.equal(got_v.nan_to_num(), ref_v.nan_to_num()) else 1.0,
+                                "ids_equal": torch.equal(got_i, ref_i)}
             elif kind == "invariant":  # batch invariance of the top-k kernel
                 hidden, weight, labels, _ = inputs(70, 16, 200, dtype, seed=12)
                 labels[labels < 0] = -100

@@ -175,7 +175,7 @@ def test_cpu_smoke_run_against_a_baseline_copy_of_the_package(tmp_path):
 def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
     out = tmp_path / "distill"
     assert bench(["distill", "--device", "cpu", "--shapes", "64,32,512", "--ks", "1,4",
-                               "--rounds", "2", "--burst-ms", "2", "--heat-s", "0",
+                               "--rounds", "2", "--burst-ms", "2", "--heat-s", "0", "--sync",
                                "--out", str(out)]) == 0
     data = json.loads((out / "results.json").read_text())
     floors = {r["method"]: r for r in data["results"] if "method" in r}
@@ -184,10 +184,13 @@ def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
     assert set(rows) == {1, 4}
     for k, row in rows.items():
         assert row["ids_equal_frac"] == 1.0 and row["topk_max_err"] < 1e-4
-        for name in ("topk_ours", "topk_torch", "at_ours_fb", "at_torch_fb"):
+        for name in ("topk_ours", "topk_torch", "at_ours", "at_ours_fb", "at_torch_fb"):
             rec = row[name]
             assert rec["x_floor_min"] <= rec["x_floor"] <= rec["x_floor_max"]
             assert rec["peak_extra_mib"] is None
+            # --sync: the single synchronized calls' ratio beside the bursts'
+            x, lo, hi = rec["sync_x"]
+            assert lo <= x <= hi and rec["sync_ms"] > 0
 
 
 def test_distillation_benchmark_refuses_a_cpu_sweep(tmp_path, capsys):

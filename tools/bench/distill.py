@@ -1,13 +1,16 @@
-"""The distillation ops on one GPU: top-k forward and log-probs-at fwd+bwd.
+"""The distillation ops on one GPU: top-k forward and log-probs-at fwd and fwd+bwd.
 
 Per shape (N tokens, H hidden, V vocab; bf16, T = 0.7) and k, against the GEMM floor (fb:
 with the two backward GEMMs): topk_ours (linear_topk_logprobs) and topk_torch (torch.topk
-of fp32 log_softmax) forward; at_ours_fb (linear_logprobs_at at ids [N, k]) and at_torch_fb
-(log_softmax gather) forward+backward. Timed by tools/bench/timing.py, then peak extra
-memory (for top-k, also beyond its outputs) and checks of the first rows against fp64.
+of fp32 log_softmax) forward; at_ours (linear_logprobs_at at ids [N, k]) forward;
+at_ours_fb and at_torch_fb (log_softmax gather) forward+backward. Timed by
+tools/bench/timing.py (bursts; ``host_ms``: a call's enqueue time, the GPU busy ahead of
+it), with ``--sync`` also as single synchronized calls (``sync_ms``, ``sync_x``: the
+other protocol), then peak extra memory (for top-k, also beyond its outputs) and checks of
+the first rows against fp64.
 ``--device cpu``: a smoke run on tiny shapes (host-clock timings, no memory figures).
 
-    python -m tools.bench distill --out out/distill
+    python -m tools.bench distill --sync --out out/distill   # both protocols
     python -m tools.bench distill --sweep 8192,4096,151936,32 --sweep-splits 1,2,4 --ks 32 \
         --shapes 8192,4096,151936 --out out/sweep          # + configs and split counts
     python -m tools.bench distill --device cpu --shapes 64,32,512 --ks 1,4 --out out/smoke
@@ -56,6 +59,11 @@ def topk_torch(k):
     return run
 
 
+def at_ours(h, w, ids):
+    with torch.no_grad():
+        return linear_logprobs_at(h, w, ids, temperature=TEMPERATURE)
+
+
 def at_ours_fb(h, w, ids):
     h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
     lp, _ = linear_logprobs_at(h, w, ids, temperature=TEMPERATURE)
@@ -101,6 +109,7 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
     fb = {"gemm_fb": bind(gemm_fb, ks[0])}
     for k in ks:
         fwd[f"topk_ours@{k}"], fwd[f"topk_torch@{k}"] = bind(topk_ours(k), k), bind(topk_torch(k), k)
+        fwd[f"at_ours@{k}"] = bind(at_ours, k)
         fb[f"at_ours_fb@{k}"], fb[f"at_torch_fb@{k}"] = bind(at_ours_fb, k), bind(at_torch_fb, k)
     with torch.no_grad():
         got = _timed(fwd, args, clocks, log)
@@ -108,8 +117,19 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
     got_fb = _timed(fb, args, clocks, log)
     got.update(got_fb)
     ratios.update(timing.paired_ratios(got_fb, "gemm_fb"))
+    single, single_ratios = {}, {}
+    if args.sync:  # the same methods as single synchronized calls (the host's time shows)
+        for fns, ref in ((fwd, "gemm"), (fb, "gemm_fb")):
+            with torch.no_grad() if ref == "gemm" else contextlib.nullcontext():
+                t = timing.interleaved({name: fn for name, fn in fns.items()
+                                        if name in got and not got[name].error},
+                                       [(0,), (1,)], 4 * args.rounds, heat_s=0, single=True,
+                                       clocks=clocks, log=log, cuda=args.device == "cuda")
+            single.update(t)
+            single_ratios.update(timing.paired_ratios(t, ref))
     for name in ("gemm", "gemm_fb"):
-        results.append({"shape": [n, h, v], "method": name, **timing.summarize(got[name])})
+        results.append({"shape": [n, h, v], "method": name, **timing.summarize(got[name]),
+                        **({"sync_ms": single[name].median_ms} if name in single else {})})
         log(f"{n}x{h}x{v} {name:>12}: {got[name].median_ms or 0:8.2f} ms")
     for k in ks:
         row = {"shape": [n, h, v], "k": k}
@@ -118,13 +138,17 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
         except Exception as err:  # noqa: BLE001  (reported, the timing still runs)
             row["check_error"] = repr(err)
         for base, fn in (("topk_ours", topk_ours(k)), ("topk_torch", topk_torch(k)),
-                         ("at_ours_fb", at_ours_fb), ("at_torch_fb", at_torch_fb)):
+                         ("at_ours", at_ours), ("at_ours_fb", at_ours_fb),
+                         ("at_torch_fb", at_torch_fb)):
             t = got[f"{base}@{k}"]
             if t.error:
                 row[base] = {"error": t.error}
                 continue
             rec = timing.summarize(t)
             rec["x_floor"], rec["x_floor_min"], rec["x_floor_max"] = ratios[f"{base}@{k}"]
+            if f"{base}@{k}" in single_ratios:
+                rec["sync_ms"] = single[f"{base}@{k}"].median_ms
+                rec["sync_x"] = list(single_ratios[f"{base}@{k}"])
             try:
                 mem = peak_extra_gib(fn, per_k[k][0])
                 mem = None if mem is None else mem * 1024
@@ -134,8 +158,10 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
             rec["peak_extra_mib"] = mem
             rec["extra_beyond_outputs_mib"] = None if mem is None else mem - out_mib
             row[base] = rec
+            sync = f"  sync {rec['sync_x'][0]:5.3f}x" if "sync_x" in rec else ""
             log(f"{n}x{h}x{v} k={k} {base:>12}: {rec['ms']:8.2f} ms  {rec['x_floor']:5.3f}x "
-                f"floor ({rec['x_floor_min']:.3f}-{rec['x_floor_max']:.3f})  peak +"
+                f"floor ({rec['x_floor_min']:.3f}-{rec['x_floor_max']:.3f}){sync}  host "
+                f"{rec['host_ms'] or 0:.3f} ms  peak +"
                 f"{'-' if mem is None else format(mem, '.1f')} MiB")
         results.append(row)
         checks = {name: value for name, value in row.items()
@@ -150,13 +176,12 @@ def sweep(n, h, v, k, args, clocks, log, split_counts=()) -> list:
     from megatron_overlay.ops.kernels import triton_topk
 
     sets = [distill_inputs(n, h, v, 1, seed) for seed in (0, 1)]
-    no_label = torch.full((n,), -1, dtype=torch.int64, device="cuda")
     fns = {"gemm": lambda i: gemm_fwd(*sets[i])}
     tries = [(cfg, None) for cfg in triton_topk.CANDIDATES]
     tries += [(triton_topk.CANDIDATES[0], s) for s in split_counts]
     for cfg, splits in tries:
         def run(i, cfg=cfg, splits=splits):
-            return triton_topk.topk_stats(sets[i][0], sets[i][1], no_label, 1 / TEMPERATURE,
+            return triton_topk.topk_stats(sets[i][0], sets[i][1], None, 1 / TEMPERATURE,
                                           False, k, config=cfg, splits=splits)
         fns[cfg.name() + ("" if splits is None else f" splits={splits}")] = run
     with torch.no_grad():
@@ -179,6 +204,9 @@ def add_arguments(p):
     timing_options(p)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a smoke run of the tool's code, not a benchmark")
+    p.add_argument("--sync", action="store_true",
+                   help="also time each method as single synchronized calls (4 x --rounds, "
+                        "paired ratios: sync_x), beside the bursts")
     p.add_argument("--sweep", default=None, metavar="N,H,V,k",
                    help="also time the top-k kernel's candidate configs at this shape")
     p.add_argument("--sweep-splits", default="", metavar="S,S,...",

@@ -51,6 +51,7 @@ from .launch import (check_device, default_tma, dot_precision, interpreting, inv
 from .. import batch_invariance
 from .logprob_forward import invariant_chunk_tiles
 from .merge_splits import merge_splits
+from .merge_topk import merge_topk
 from .split_operand import split_hi_lo_into, split_rows
 
 
@@ -167,6 +168,9 @@ def topk_stats_kernel(
 # beyond the outputs.
 TOPK_PARTIAL_BUDGET_BYTES = 44 << 20
 MERGE_BUDGET_BYTES = 12 << 20
+# Candidates a row up to which the splits' lists merge in one kernel (merge_topk.py) rather
+# than with torch's sorts (order_candidates): wider rows would not fit its registers.
+MERGE_TOPK_MAX_CANDIDATES = 8192
 # A work item's fixed cost in vocab tiles (pipeline fill, its first tiles' top-k rounds, its
 # partial lists and their merge): what makes 33 splits of 18 tiles slower than 2 of 297.
 ITEM_COST_TILES = 2
@@ -379,6 +383,8 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     )
     if chunks > 1:
         merge_splits(part, stats, with_entropy)
+    if splits * k <= MERGE_TOPK_MAX_CANDIDATES:  # one launch (merge_topk.py)
+        return (stats, *merge_topk(part_v, part_i, vocab))
 
     def candidates(rows):  # the splits' lists of these rows side by side
         cand_i = part_i[:, rows].permute(1, 0, 2).reshape(-1, splits * k).long()
