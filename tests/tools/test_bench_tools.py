@@ -193,6 +193,18 @@ def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
             assert lo <= x <= hi and rec["sync_ms"] > 0
 
 
+def test_distillation_benchmark_forward_only_with_the_invariance_variant(tmp_path):
+    out = tmp_path / "ab"
+    assert bench(["distill", "--device", "cpu", "--shapes", "64,32,512", "--ks", "4",
+                  "--rounds", "2", "--burst-ms", "2", "--heat-s", "0", "--phases", "fwd",
+                  "--methods", "topk_ours", "--invariance-ab", "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    assert {r["method"] for r in data["results"] if "method" in r} == {"gemm"}
+    row = next(r for r in data["results"] if r.get("k") == 4)
+    assert {"topk_ours", "topk_ours_variant"} <= set(row) and "at_ours_fb" not in row
+    assert row["topk_ours_variant"]["x_floor"] > 0
+
+
 def test_distillation_benchmark_refuses_a_cpu_sweep(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench(["distill", "--device", "cpu", "--sweep", "64,32,512,4", "--out", str(tmp_path)])

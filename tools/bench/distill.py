@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 
 import torch
 
-from megatron_overlay.ops import linear_logprobs_at, linear_topk_logprobs
+from megatron_overlay.ops import batch_invariance, linear_logprobs_at, linear_topk_logprobs
 
 from . import timing
 from .clocks import ClockSampler
@@ -52,6 +53,23 @@ def topk_ours(k):
     return run
 
 
+def topk_ours_variant(k):
+    """topk_ours with batch invariance off ($MEGATRON_OVERLAY_BATCH_INVARIANT=0 for the
+    call): what invariance costs, beside topk_ours (--invariance-ab)."""
+    def run(h, w, _ids):
+        before = os.environ.get(batch_invariance.ENV)
+        os.environ[batch_invariance.ENV] = "0"
+        try:
+            with torch.no_grad():
+                return linear_topk_logprobs(h, w, k, temperature=TEMPERATURE)
+        finally:
+            if before is None:
+                os.environ.pop(batch_invariance.ENV)
+            else:
+                os.environ[batch_invariance.ENV] = before
+    return run
+
+
 def topk_torch(k):
     def run(h, w, _ids):
         with torch.no_grad():
@@ -76,6 +94,22 @@ def at_torch_fb(h, w, ids):
     lp = torch.log_softmax((h @ w.T).float() / TEMPERATURE, dim=-1).gather(1, ids)
     lp.sum().backward()
     return h.grad, w.grad
+
+
+# Each method: name -> (k -> a callable of (hidden, weight, ids)); the forward-only ones
+# against the GEMM, the others (fwd+bwd) against the 3-GEMM floor.
+FORWARD_ONLY = ("topk_ours", "topk_ours_variant", "topk_torch", "at_ours")
+
+
+def _methods(args) -> dict:
+    every = {"topk_ours": topk_ours, "topk_torch": topk_torch,
+             "at_ours": lambda k: at_ours, "at_ours_fb": lambda k: at_ours_fb,
+             "at_torch_fb": lambda k: at_torch_fb}
+    if args.invariance_ab:
+        every["topk_ours_variant"] = topk_ours_variant
+    return {name: make for name, make in every.items()
+            if (name in FORWARD_ONLY or "fb" in args.phases)
+            and (name == "topk_ours_variant" or name in args.methods.split(","))}
 
 
 def check(hidden, weight, k) -> dict:
@@ -106,20 +140,21 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
         return lambda i: fn(*per_k[k][i])
 
     fwd = {"gemm": bind(gemm_fwd, ks[0])}
-    fb = {"gemm_fb": bind(gemm_fb, ks[0])}
+    fb = {"gemm_fb": bind(gemm_fb, ks[0])} if "fb" in args.phases else {}
+    methods = _methods(args)
     for k in ks:
-        fwd[f"topk_ours@{k}"], fwd[f"topk_torch@{k}"] = bind(topk_ours(k), k), bind(topk_torch(k), k)
-        fwd[f"at_ours@{k}"] = bind(at_ours, k)
-        fb[f"at_ours_fb@{k}"], fb[f"at_torch_fb@{k}"] = bind(at_ours_fb, k), bind(at_torch_fb, k)
+        for base, make in methods.items():
+            (fwd if base in FORWARD_ONLY else fb)[f"{base}@{k}"] = bind(make(k), k)
     with torch.no_grad():
         got = _timed(fwd, args, clocks, log)
     ratios = timing.paired_ratios(got, "gemm")
-    got_fb = _timed(fb, args, clocks, log)
-    got.update(got_fb)
-    ratios.update(timing.paired_ratios(got_fb, "gemm_fb"))
+    if fb:
+        got_fb = _timed(fb, args, clocks, log)
+        got.update(got_fb)
+        ratios.update(timing.paired_ratios(got_fb, "gemm_fb"))
     single, single_ratios = {}, {}
     if args.sync:  # the same methods as single synchronized calls (the host's time shows)
-        for fns, ref in ((fwd, "gemm"), (fb, "gemm_fb")):
+        for fns, ref in ((fwd, "gemm"), (fb, "gemm_fb")) if fb else ((fwd, "gemm"),):
             with torch.no_grad() if ref == "gemm" else contextlib.nullcontext():
                 t = timing.interleaved({name: fn for name, fn in fns.items()
                                         if name in got and not got[name].error},
@@ -127,7 +162,7 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
                                        clocks=clocks, log=log, cuda=args.device == "cuda")
             single.update(t)
             single_ratios.update(timing.paired_ratios(t, ref))
-    for name in ("gemm", "gemm_fb"):
+    for name in ("gemm", "gemm_fb") if fb else ("gemm",):
         results.append({"shape": [n, h, v], "method": name, **timing.summarize(got[name]),
                         **({"sync_ms": single[name].median_ms} if name in single else {})})
         log(f"{n}x{h}x{v} {name:>12}: {got[name].median_ms or 0:8.2f} ms")
@@ -137,9 +172,10 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
             row.update(check(per_k[k][0][0], per_k[k][0][1], k))
         except Exception as err:  # noqa: BLE001  (reported, the timing still runs)
             row["check_error"] = repr(err)
-        for base, fn in (("topk_ours", topk_ours(k)), ("topk_torch", topk_torch(k)),
-                         ("at_ours", at_ours), ("at_ours_fb", at_ours_fb),
-                         ("at_torch_fb", at_torch_fb)):
+        for base, make in methods.items():
+            if f"{base}@{k}" not in got:  # a phase not run
+                continue
+            fn = make(k)
             t = got[f"{base}@{k}"]
             if t.error:
                 row[base] = {"error": t.error}
@@ -204,6 +240,13 @@ def add_arguments(p):
     timing_options(p)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a smoke run of the tool's code, not a benchmark")
+    p.add_argument("--methods", default="topk_ours,topk_torch,at_ours,at_ours_fb,at_torch_fb",
+                   help="comma-separated: topk_ours, topk_torch, at_ours (forward), "
+                        "at_ours_fb, at_torch_fb (forward+backward)")
+    p.add_argument("--phases", default="fwd,fb",
+                   help="fwd,fb (default) or fwd: the forward-only methods alone")
+    p.add_argument("--invariance-ab", action="store_true",
+                   help="also topk_ours_variant: topk_ours with batch invariance off")
     p.add_argument("--sync", action="store_true",
                    help="also time each method as single synchronized calls (4 x --rounds, "
                         "paired ratios: sync_x), beside the bursts")
