@@ -131,25 +131,27 @@ def topk_stats_kernel(
         + tl.zeros([BLOCK_M, KP], tl.float32)
     run_i = (V + slots[None, :]) + tl.zeros([BLOCK_M, KP], tl.int32)
 
-    for vt in range(v_begin, v_end):
-        v0 = vt * BLOCK_V
-        acc = tl.zeros((BLOCK_M, BLOCK_V), tl.float32)
-        for kk in range(0, k_tiles):
-            acc = mma_step(h_src, h_lo_src, w_src, w_lo_src, m0, v0, kk * BLOCK_K, N, V, H,
-                           stride_h, stride_w, acc, BLOCK_M, BLOCK_V, BLOCK_K, USE_TMA, LO,
-                           DOT_PRECISION, UPCAST_DOT)
-        acc = round_logits(acc, LOGITS_DTYPE)
-        if HAS_LABELS:
-            zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
-        acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
-        acc_max, arg_max = tl.max(acc, axis=1, return_indices=True,
-                                  return_indices_tie_break_left=True)
-        m_i, s_i, t_i = fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i, WITH_ENTROPY)
-        run_v, run_i = _offer_tile(acc, acc_max, arg_max, v0, run_v, run_i, BLOCK_M, BLOCK_V,
-                                   KP, OPAQUE_COLUMNS)
-        if ((vt + 1) % chunk_tiles == 0) | (vt + 1 == v_end):  # a chunk's statistics end
-            store_stats(part_ptr, vt // chunk_tiles, rows, N, m_i, s_i, t_i, zl_i)
-            m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
+    # the statistics fold chunk by chunk (ops/batch_invariance.py), each stored at its end
+    for c0 in range(v_begin, v_end, chunk_tiles):
+        for vt in range(c0, tl.minimum(c0 + chunk_tiles, v_end)):
+            v0 = vt * BLOCK_V
+            acc = tl.zeros((BLOCK_M, BLOCK_V), tl.float32)
+            for kk in range(0, k_tiles):
+                acc = mma_step(h_src, h_lo_src, w_src, w_lo_src, m0, v0, kk * BLOCK_K, N, V,
+                               H, stride_h, stride_w, acc, BLOCK_M, BLOCK_V, BLOCK_K, USE_TMA,
+                               LO, DOT_PRECISION, UPCAST_DOT)
+            acc = round_logits(acc, LOGITS_DTYPE)
+            if HAS_LABELS:
+                zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
+            acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
+            acc_max, arg_max = tl.max(acc, axis=1, return_indices=True,
+                                      return_indices_tie_break_left=True)
+            m_i, s_i, t_i = fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i,
+                                     WITH_ENTROPY)
+            run_v, run_i = _offer_tile(acc, acc_max, arg_max, v0, run_v, run_i, BLOCK_M,
+                                       BLOCK_V, KP, OPAQUE_COLUMNS)
+        store_stats(part_ptr, c0 // chunk_tiles, rows, N, m_i, s_i, t_i, zl_i)
+        m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
 
     keep = rows < N
     # raw -> z; padded columns (ids >= V: a split with fewer than k real columns) -> -inf
