@@ -1,4 +1,4 @@
-"""Batch invariance: a token's log-prob and entropy do not depend on the other tokens.
+"""Batch invariance: a token's log-prob, entropy and top-k do not depend on the other tokens.
 
 The same (hidden row, label, weight, temperature) gives bitwise the same outputs whatever
 the number of tokens N in the call and the row's position, when this is on (the default;
@@ -6,13 +6,19 @@ the number of tokens N in the call and the row's position, when this is on (the 
 
 * Triton (ops/kernels/): the vocab split count of the forward depends on V and the GPU
   only, never on N (``logprob_forward.choose_splits``); splits are merged by a kernel
-  that folds them in a fixed order per row; rows are never split across programs.
+  that folds them in a fixed order per row; rows are never split across programs. The
+  top-k kernel's splits follow N (a split's list starts empty: few splits for many
+  tokens), but it folds and stores its statistics per chunk of vocab tiles, the chunks
+  being the log-prob forward's invariant splits (``invariant_chunk_tiles``), its splits a
+  whole number of chunks, merged in chunk order; its top-k values are dot products, the
+  same whatever the split, and the lists merge by value, then id.
 * torch (CPU): every GEMM and every element-wise tile op runs on fixed-size token tiles
   (the last one zero-padded), because BLAS results can depend on the M dimension; and
   transcendental functions on [N] vectors run in fixed-size blocks (``per_element``),
   because ATen computes a vector's tail with the scalar libm function and the rest with
   SIMD code, which can differ in the last bit.
-* The merge of TP shards (the stages' ``finalize``) adds shards in rank order.
+* The merge of TP shards (the stages' ``finalize``) adds shards in rank order; top-k
+  lists merge by value, then id.
 
 The backward (d_hidden rows) is not covered: cuBLAS picks its algorithm by shape.
 """

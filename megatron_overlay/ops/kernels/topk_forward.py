@@ -2,9 +2,9 @@
 
 The same work items as logprob_forward.py (a tile of BLOCK_M tokens x a range of vocab
 tiles), on the same 128 x 256 tile: each logits tile is folded into the four statistics
-(``_online_stats.fold_max``, shared) and then offered to a per-row top-k kept in registers, [BLOCK_M,
-KP] values and ids (KP: k rounded up to a power of two; slots >= k hold +inf and are never
-evicted or stored).
+(``_online_stats.fold_max``, shared) and then offered to a per-row top-k kept in
+registers, [BLOCK_M, KP] values and ids (KP: k rounded up to a power of two; slots >= k
+hold +inf and are never evicted or stored).
 
 The top-k works on the raw accumulator (logits before the temperature): inv_t > 0 keeps
 the order within a row, so nothing of the tile's size is materialized beside ``acc``,
@@ -14,18 +14,24 @@ the raw logit, where the k-th place falls between them; equal raw logits go to t
 id. The host orders the output by z, then id.)
 
 Per tile, one fused reduction (``tl.max(..., return_indices=True)``, leftmost of equal
-maxima) gives each row's maximum and its lowest column; the fold reuses the maximum.
-k = 1: that pair replaces the running one if strictly larger. k > 1: the maximum replaces
-the slot holding the row's current k-th value ``thr`` (the highest id among equal minima)
-if it beats it; only if some row had two or more logits above ``thr`` (one count a tile)
-do rounds follow: each row's next candidate is the largest (value, lowest column)
-strictly below the one just taken in (value desc, column asc) order and strictly above
-the new ``thr`` (one fused reduction a round, no mask tile kept), until no row has one.
-Strict comparisons keep ties with the lower id: tiles come in ascending vocab order
-within a work item. Rounds per tile: at most k; the first tiles of a split fill the list.
+maxima) gives each row's maximum and its lowest column; the statistics fold with that
+maximum first, after which the tile is the top-k's to overwrite. k = 1: the pair replaces
+the running one if strictly larger. k > 1: the maximum replaces the slot holding the
+row's current k-th value ``thr`` (the highest id among equal minima) if it beats it; only
+if some row had two or more logits above ``thr`` (one count a tile) do rounds follow:
+each round sets the logit just taken to -inf and takes each row's next (value, lowest
+column) maximum, while some row's is above the new ``thr``. Strict comparisons keep ties
+with the lower id: tiles come in ascending vocab order within a work item. Rounds per
+tile: at most k; the first tiles of a split fill the list.
 
-Each item writes its statistics to ``part`` and its (unordered) top-k to ``part_v`` /
-``part_i``; the host orders and merges the splits (topk_merge.order_candidates).
+The statistics fold and are stored per chunk of ``chunk_tiles`` vocab tiles (a split is
+a whole number of chunks): under batch invariance the chunks are the log-prob forward's
+invariant splits, so the merged statistics do not depend on this kernel's split count,
+which follows N (ops/batch_invariance.py); otherwise one chunk a split.
+
+Each item writes its chunks' statistics to ``part`` and its (unordered) top-k to
+``part_v`` / ``part_i``; the host merges the chunks (merge_splits.py) and the splits'
+lists (merge_topk.py).
 
 Launch (below the kernels): ``topk_stats``, the top-k stage contract (ops/stages.py): the
 split count, the statistics' merge (merge_splits.py) and the top-k lists' merge.
@@ -164,10 +170,12 @@ def topk_stats_kernel(
 
 # ----------------------------------------------------------------------------- launch
 
-# The per-split top-k lists ([splits, N, k] values and ids, 8 bytes a pair, plus the 16 bytes
-# of statistics) stay under this, and the host merges them a block of rows at a time with
-# about MERGE_BUDGET_BYTES of sort temporaries: the issue's forward target is <= 64 MiB
-# beyond the outputs.
+# The partials, the per-split top-k lists ([splits, N, k] values and ids, 8 bytes a pair)
+# and the statistics (16 bytes a chunk, 66 chunks at V ~ 152k under batch invariance; else
+# a split), stay under this, in row blocks past it; where the lists are too wide for
+# merge_topk.py the host merges them a block of rows at a time with about
+# MERGE_BUDGET_BYTES of sort temporaries: the issue's forward target is <= 64 MiB beyond
+# the outputs (measured 8-42 MiB, docs/BENCHMARKS.md).
 TOPK_PARTIAL_BUDGET_BYTES = 44 << 20
 MERGE_BUDGET_BYTES = 12 << 20
 # Candidates a row up to which the splits' lists merge in one kernel (merge_topk.py) rather
