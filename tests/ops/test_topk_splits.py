@@ -29,14 +29,16 @@ def test_splits_are_whole_chunks_within_the_budget(vocab, num_sms):
     chunks = math.ceil(num_v / chunk)
     assert 1 <= chunk <= num_v
     for k in (1, 8, 32, 256):
-        per_row = 16 * chunks + 8 * k  # the statistics' chunks and one list
+        fixed, per_split_bytes = topk_forward._partial_bytes(num_v, k, chunk)
+        assert (fixed, per_split_bytes) == (16 * chunks, 8 * k)  # the chunks, one list a split
+        per_row = fixed + per_split_bytes
         block = max(CFG.block_m, topk_forward.TOPK_PARTIAL_BUDGET_BYTES // per_row
                     // CFG.block_m * CFG.block_m)
         for n in (1, 127, 256, 1000, 8192, 32768, 100_000):
             rows = min(n, block)  # a launch's rows (_topk_range's row blocks)
             splits, per_split = topk_forward._splits(
-                math.ceil(rows / CFG.block_m), num_v, rows, k, num_sms, chunk, 16 * chunks,
-                8 * k)
+                math.ceil(rows / CFG.block_m), num_v, rows, k, num_sms, chunk, fixed,
+                per_split_bytes)
             assert per_split % chunk == 0, (vocab, k, n, splits, per_split, chunk)
             assert splits == math.ceil(num_v / per_split)  # no empty split
             partial = rows * (16 * chunks + 8 * k * splits)

@@ -156,12 +156,12 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
     if args.sync:  # the same methods as single synchronized calls (the host's time shows)
         for fns, ref in ((fwd, "gemm"), (fb, "gemm_fb")) if fb else ((fwd, "gemm"),):
             with torch.no_grad() if ref == "gemm" else contextlib.nullcontext():
-                t = timing.interleaved({name: fn for name, fn in fns.items()
-                                        if name in got and not got[name].error},
-                                       [(0,), (1,)], 4 * args.rounds, heat_s=0, single=True,
-                                       clocks=clocks, log=log, cuda=args.device == "cuda")
+                t, r = timing.synchronized({name: fn for name, fn in fns.items()
+                                            if name in got and not got[name].error},
+                                           [(0,), (1,)], args.rounds, ref, clocks=clocks,
+                                           log=log, cuda=args.device == "cuda")
             single.update(t)
-            single_ratios.update(timing.paired_ratios(t, ref))
+            single_ratios.update(r)
     for name in ("gemm", "gemm_fb") if fb else ("gemm",):
         results.append({"shape": [n, h, v], "method": name, **timing.summarize(got[name]),
                         **({"sync_ms": single[name].median_ms} if name in single else {})})

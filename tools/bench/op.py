@@ -110,10 +110,10 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
         ratios = timing.paired_ratios(got, "gemm")
         if args.sync:  # the same methods as single synchronized calls (the host's time shows)
             with ctx():
-                single = timing.interleaved(live, inputs, 4 * args.rounds, heat_s=0,
-                                            single=True, clocks=clocks, log=log,
-                                            cuda=args.device == "cuda")
-            for m, r in timing.paired_ratios(single, "gemm").items():
+                single, single_ratios = timing.synchronized(
+                    live, inputs, args.rounds, "gemm", clocks=clocks, log=log,
+                    cuda=args.device == "cuda")
+            for m, r in single_ratios.items():
                 rows[m][f"{phase}_sync_x"] = list(r)
             for m, t in single.items():
                 rows[m][f"{phase}_sync_ms"] = t.median_ms

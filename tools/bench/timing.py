@@ -113,6 +113,16 @@ def interleaved(fns: dict, inputs, rounds: int, *, burst_ms: float = 300.0,
     return out
 
 
+def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
+                 cuda: bool = True, log=print) -> tuple[dict, dict]:
+    """The other protocol, beside the bursts: each fn as single synchronized calls (the
+    host's time shows), ``4 x rounds`` of them interleaved, no heat-up (the bursts ran
+    first). Returns (name -> Timing, name -> paired ratio to ``reference``)."""
+    got = interleaved(fns, inputs, 4 * rounds, heat_s=0, single=True, clocks=clocks,
+                      log=log, cuda=cuda)
+    return got, paired_ratios(got, reference)
+
+
 def paired_ratios(timings: dict, reference: str) -> dict:
     """name -> (median, min, max) over rounds of ms[name][r] / ms[reference][r]."""
     ref = timings.get(reference)

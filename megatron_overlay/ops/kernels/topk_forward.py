@@ -209,12 +209,12 @@ def _config(dtype: torch.dtype, lo: int) -> KernelConfig:
 
 
 @functools.lru_cache(maxsize=4096)
-def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int, unit: int = 1,
-            fixed_bytes: int = 0, split_bytes: int | None = None) -> tuple[int, int]:
+def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int, unit: int,
+            fixed_bytes: int, split_bytes: int) -> tuple[int, int]:
     """(splits, vocab tiles per split), the tiles per split a multiple of ``unit`` (the
     statistics' chunk), under the partial budget: ``fixed_bytes`` a row whatever the split
     count (the chunks' statistics), ``split_bytes`` a row and split (its top-k list, and
-    its statistics when they are per split; default 16 + 8 k).
+    its statistics when they are per split): _partial_bytes.
 
     The span, waves x (tiles per work item + ITEM_COST_TILES) (the last wave's idle
     multiprocessors count), is what the GEMM costs; among split counts within 1% of the
@@ -223,14 +223,13 @@ def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int, unit: int
     tiles in flight keep their hidden rows in L2). Picked from a sweep of split counts on
     one H200 (docs/BENCHMARKS.md).
     """
-    split_bytes = 16 + 8 * k if split_bytes is None else split_bytes
     room = TOPK_PARTIAL_BUDGET_BYTES // max(n_rows, 1) - fixed_bytes
     cap = max(1, min(num_v, room // split_bytes))
     two_waves = max(1, min(cap, math.ceil(2 * num_sms / num_m)))
     # each split count's tiles per split, rounded up to the unit: [(splits, per_split)]
     layouts = {}
     for s in range(1, cap + 1):
-        per_split = -(-math.ceil(num_v / s) // unit) * unit
+        per_split = triton.cdiv(triton.cdiv(num_v, s), unit) * unit
         layouts.setdefault(math.ceil(num_v / per_split), per_split)
 
     def span(splits: int) -> int:
@@ -313,6 +312,14 @@ def _best_k(n_tokens, k, width, candidates, dev):
     return values, ids
 
 
+def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None) -> tuple[int, int]:
+    """A row's partial bytes, (whatever the split count, per split): the statistics (16
+    bytes a chunk under batch invariance, else 16 a split) and its top-k list (8 k)."""
+    if chunk_tiles is None:
+        return 0, 16 + 8 * k
+    return 16 * triton.cdiv(num_v, chunk_tiles), 8 * k
+
+
 def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
                 mma, rounding, splits):
     """topk_stats over the rows of ``h_parts`` and the vocab range of ``w_parts`` (each an
@@ -330,11 +337,9 @@ def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     num_sms = sm_count(h_parts[0].device)
     chunk_tiles = invariant_chunk_tiles(num_v, num_sms, cfg) if batch_invariance.enabled() \
         else None
-    if chunk_tiles is None:  # statistics per split
-        per_row = 16 + 8 * k
-    else:  # per chunk, plus one list per split
-        per_row = 16 * triton.cdiv(num_v, chunk_tiles) + 8 * k
-    block = max(cfg.block_m, TOPK_PARTIAL_BUDGET_BYTES // per_row // cfg.block_m * cfg.block_m)
+    fixed_bytes, split_bytes = _partial_bytes(num_v, k, chunk_tiles)
+    block = TOPK_PARTIAL_BUDGET_BYTES // (fixed_bytes + split_bytes)  # rows with one split
+    block = max(cfg.block_m, block // cfg.block_m * cfg.block_m)
     if n_tokens <= block:
         return _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
                            tma, lo, mma, rounding, splits, chunk_tiles)
@@ -360,13 +365,10 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     num_v = triton.cdiv(vocab, cfg.block_v)
     unit = chunk_tiles or 1
     if splits is None:
-        if chunk_tiles is None:
-            splits, per_split = _splits(num_m, num_v, n_tokens, k, sm_count(dev))
-        else:
-            splits, per_split = _splits(num_m, num_v, n_tokens, k, sm_count(dev), unit,
-                                        16 * triton.cdiv(num_v, unit), 8 * k)
+        splits, per_split = _splits(num_m, num_v, n_tokens, k, sm_count(dev), unit,
+                                    *_partial_bytes(num_v, k, chunk_tiles))
     else:  # tools: a given split count (fewer where the vocab tiles run out)
-        per_split = -(-math.ceil(num_v / max(1, min(splits, num_v))) // unit) * unit
+        per_split = triton.cdiv(triton.cdiv(num_v, max(1, min(splits, num_v))), unit) * unit
         splits = math.ceil(num_v / per_split)
     chunk_tiles = chunk_tiles or per_split
     chunks = triton.cdiv(num_v, chunk_tiles)
