@@ -23,10 +23,11 @@ of the GPU once per microbatch) and breaks ``torch.cuda.graph`` capture. So:
   each captured call after a replay.
 
 The vocab ids of ``linear_logprobs_at`` / ``fused_logprobs_at`` (``token_ids`` [N, K]) go
-the same way (``bad_ids`` / ``defer_ids`` / ``check_ids_eagerly``): on CUDA, rows with an
-id outside ``[0, vocab)`` get NaN log-probs and gradients (the ids are clamped for the
-gather, which never reads out of bounds), and the ValueError names ``token_ids``; the same
-strict switch checks them eagerly.
+the same way (the stages' ``check_ids`` makes the record, ``defer_ids`` queues it,
+``check_ids_eagerly`` is the strict form): on CUDA, rows with an id outside ``[0, vocab)``
+get NaN log-probs and gradients (such an id lies in no vocab shard, so the gather reads
+nothing for it), and the ValueError names ``token_ids``; the same strict switch checks
+them eagerly.
 
 Under TP every rank holds the same labels and the same record, but each polls on its own
 clock, so ranks can raise at different calls: the one that raises exits while its peers
@@ -135,12 +136,13 @@ def defer_record(rec: torch.Tensor, labels: torch.Tensor, vocab_size: int,
         _defer(rec, partial(_message, vocab_size=vocab_size, ignore_index=ignore_index))
 
 
-def defer_ids(bad: torch.Tensor, ids: torch.Tensor, vocab_size: int,
+def defer_ids(rec: torch.Tensor, ids: torch.Tensor, vocab_size: int,
               name: str = "token_ids") -> None:
-    """Queue the device-side check of one call's vocab ids [N, K] (CUDA; no sync)."""
+    """Queue the check of one call's vocab ids [N, K] from their record (``record``'s
+    layout; the stages' ``check_ids`` writes a row per block of tokens, positions in the
+    flattened ids); no sync."""
     if ids.numel():
-        _defer(record(bad, ids),
-               partial(_ids_message, vocab_size=vocab_size, k=ids.shape[-1], name=name))
+        _defer(rec, partial(_ids_message, vocab_size=vocab_size, k=ids.shape[-1], name=name))
 
 
 def _raise_if_bad(rec: torch.Tensor, message, deferred: bool = False) -> None:

@@ -29,9 +29,10 @@ class LinearLogprobEntropy(torch.autograd.Function):
         tp, vocab_start, world = shard_layout(weight, tp_group)
         local_labels = shard_labels(labels, vocab_start, weight.shape[0], params.ignore_index)
         inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
+        # without TP the vocab splits' statistics go to finalize unmerged (one launch less)
         stats = impl.forward_stats(hidden, weight, local_labels, inv_t, params.return_entropy,
-                                   logits_dtype=params.logits_dtype)
-        stats = gather_stats(stats, tp_group) if tp else stats[None]
+                                   logits_dtype=params.logits_dtype, merged=tp)
+        stats = gather_stats(stats, tp_group) if tp else stats
         # One launch on GPU for the outputs and the label check (ops/stages.py): the host
         # time of a call is what a synchronized small-N call waits for.
         # Out-of-range labels (ValueError on CPU and in strict mode, before this) give NaN

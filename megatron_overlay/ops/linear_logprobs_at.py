@@ -21,7 +21,7 @@ from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
 from .validation import validate_matrices, validate_token_ids
-from .vocab_parallel import gather_stats, shard_ids, shard_layout
+from .vocab_parallel import gather_stats, shard_layout
 
 __all__ = ["LinearLogprobsAt", "backward_at_ids", "linear_logprobs_at"]
 
@@ -57,23 +57,22 @@ class LinearLogprobsAt(torch.autograd.Function):
             label_check.poll()  # earlier calls' checks that have finished (no wait)
         inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
         stats = impl.forward_stats(hidden, weight, None, inv_t, params.return_entropy,
-                                   logits_dtype=params.logits_dtype)
+                                   logits_dtype=params.logits_dtype, merged=tp)
         # Out-of-range ids (ValueError on CPU and in strict mode, before this): their rows
-        # get NaN log-probs and gradients, the ids are clamped so that no gather reads out
-        # of bounds, and on CUDA the host raises later (ops/label_check.py).
-        bad = label_check.bad_ids(token_ids, weight.shape[0] * world)
+        # get NaN log-probs and gradients, the ids themselves read nothing (they lie in no
+        # vocab shard), and on CUDA the host raises later (ops/label_check.py). One launch
+        # on GPU checks, shards and records (the host time of a call is what a small-N
+        # call waits for).
+        local_ids, bad_rows, record = impl.check_ids(token_ids, vocab_start, weight.shape[0],
+                                                     weight.shape[0] * world)
         if hidden.is_cuda:
-            label_check.defer_ids(bad, token_ids, weight.shape[0] * world)
-        bad_rows = bad.any(dim=1)
-        token_ids = torch.where(bad, 0, token_ids)
-        local_ids = shard_ids(token_ids, vocab_start, weight.shape[0])
+            label_check.defer_ids(record, token_ids, weight.shape[0] * world)
         z_at = impl.logits_at(hidden, weight, local_ids, inv_t, logits_dtype=params.logits_dtype)
         if tp:
             stats = gather_stats(stats, tp_group)
             dist.all_reduce(z_at, group=tp_group)  # each id lives in exactly one shard
-        lse, mean_z, entropy = impl.finalize(stats if tp else stats[None], None, 0, 0,
-                                             params.return_entropy)[:3]
-        log_probs = torch.where(bad_rows[:, None], float("nan"), z_at - lse[:, None])
+        lse, mean_z, entropy = impl.finalize(stats, None, 0, 0, params.return_entropy)[:3]
+        log_probs = z_at.sub_(lse[:, None]).masked_fill_(bad_rows[:, None], float("nan"))
         ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None
         ctx.logits_dtype = params.logits_dtype
         if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive

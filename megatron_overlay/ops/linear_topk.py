@@ -69,7 +69,7 @@ class LinearTopkLogprobs(torch.autograd.Function):
         inv_t = inverse_temperature(params.temperature, n, hidden.device)
         stats, values, ids = topk_impl.topk_stats(hidden, weight, local_labels, inv_t,
                                                   params.return_entropy, k,
-                                                  logits_dtype=params.logits_dtype)
+                                                  logits_dtype=params.logits_dtype, merged=tp)
         if vocab_start:
             ids = torch.where(ids == PAD_ID, ids, ids + vocab_start)
         if tp:
@@ -77,11 +77,11 @@ class LinearTopkLogprobs(torch.autograd.Function):
         # as linear_logprob_entropy: out-of-range labels give NaN log-probs; on CUDA the
         # host raises later, without a sync (ops/label_check.py)
         lse, mean_z, entropy, log_probs, valid, bad, record = impl.finalize(
-            gather_stats(stats, tp_group) if tp else stats[None], labels, vocab,
+            gather_stats(stats, tp_group) if tp else stats, labels, vocab,
             params.ignore_index, params.return_entropy)
         if labels is not None and hidden.is_cuda:
             label_check.defer_record(record, labels, vocab, params.ignore_index)
-        topk_log_probs = values - lse[:, None]
+        topk_log_probs = values.sub_(lse[:, None])
         ctx.mark_non_differentiable(ids)
         ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None
         ctx.has_labels, ctx.logits_dtype = labels is not None, params.logits_dtype

@@ -45,17 +45,24 @@ class LogprobStages(Protocol):
     def forward_stats(self, hidden: torch.Tensor, weight: torch.Tensor,
                       local_labels: torch.Tensor | None, inv_temperature: InvTemperature,
                       with_entropy: bool, *, logits_dtype: torch.dtype | None = None,
-                      ) -> torch.Tensor:
+                      merged: bool = True) -> torch.Tensor:
         """[N, 4] fp32 per-token statistics of z over this shard: (m = max z,
         s = sum exp(z - m), t = sum exp(z - m) * (z - m), z[label] or 0). t is taken
         relative to the max so that entropy = log s - t / s has no cancellation between
-        two large numbers (lse and E[z]) at low temperatures."""
+        two large numbers (lse and E[z]) at low temperatures.
+
+        ``merged=False`` (no TP: nothing but ``finalize`` reads them): [S, N, 4], the
+        statistics of S >= 1 consecutive vocab parts of this shard in order, unmerged;
+        ``finalize`` folds them as it folds shards, which gives the outputs of the merged
+        statistics bit for bit (folding one part is exact), and the merge's launch is
+        spared."""
         ...
 
     def finalize(self, stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
                  ignore_index: int, with_entropy: bool) -> tuple:
         """The per-token outputs of [S, N, 4] statistics of S vocab shards in rank order
-        (S = 1 without TP; merged as forward_stats merges its splits, rank by rank):
+        (S = 1 without TP, or the parts of ``forward_stats(merged=False)``; folded as
+        forward_stats merges its splits, in order):
         ``(lse, mean_z, entropy, log_probs, valid, bad, record)``, [N] fp32 but for
         ``valid`` / ``bad`` ([N] bool) and ``record`` (int64 [rows, 4]: the label check's,
         ops/label_check.py). mean_z = E_p[z] and the entropy: None without
@@ -84,6 +91,16 @@ class LogprobStages(Protocol):
         linear_logprobs_at / linear_topk_logprobs with local_labels all -1."""
         ...
 
+    def check_ids(self, ids: torch.Tensor, vocab_start: int, local_vocab: int,
+                  vocab_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Global vocab ids [N, K] (linear_logprobs_at's) checked and sharded:
+        ``(local_ids, bad_rows, record)``: local_ids [N, K] int64, id - vocab_start where
+        that lies in [0, local_vocab), else -1 (another shard's id, and an id outside
+        [0, vocab_size), which lies in no shard); bad_rows [N] bool, the rows with an id
+        outside [0, vocab_size); record int64 [rows, 4], the label check's of those ids
+        (ops/label_check.py; positions in the flattened ids)."""
+        ...
+
     def logits_at(self, hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tensor,
                   inv_temperature: InvTemperature, *,
                   logits_dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -99,8 +116,9 @@ class TopkStage(Protocol):
     def topk_stats(self, hidden: torch.Tensor, weight: torch.Tensor,
                    local_labels: torch.Tensor | None, inv_temperature: InvTemperature,
                    with_entropy: bool, k: int, *, logits_dtype: torch.dtype | None = None,
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(stats [N, 4] fp32 exactly as forward_stats, values [N, k] fp32: the k largest
+                   merged: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(stats [N, 4] fp32 exactly as forward_stats, [S, N, 4] parts with
+        ``merged=False`` as there, values [N, k] fp32: the k largest
         z of this shard, descending, ties to the lower id, ids [N, k] int64: their indices
         into this shard; a shard with fewer than k columns pads with (-inf,
         topk_merge.PAD_ID))."""

@@ -4,7 +4,7 @@ Tokens x vocab tiles, fp32 accumulation, online log-sum-exp: memory O(N + TOKEN_
 VOCAB_CHUNK), never O(N x V). Backward recomputes each tile's logits.
 
 The log-prob stages of ops/stages.py (``LogprobStages``: the contract): forward_stats,
-finalize, backward, and logits_at (sparse: token chunks bound the gathered weight rows to
+finalize, backward, check_ids, and logits_at (sparse: token chunks bound the gathered weight rows to
 GATHER_BUDGET_BYTES). ``token_chunk`` / ``vocab_chunk``: tile sizes, for tests.
 """
 
@@ -38,7 +38,9 @@ GATHER_BUDGET_BYTES = 32 << 20
 
 def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor | None,
                   inv_temperature, with_entropy: bool, *, logits_dtype: torch.dtype | None = None,
-                  token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK) -> torch.Tensor:
+                  merged: bool = True, token_chunk: int = TOKEN_CHUNK,
+                  vocab_chunk: int = VOCAB_CHUNK) -> torch.Tensor:
+    """[N, 4], or [1, N, 4] with ``merged=False`` (one part: this path merges as it goes)."""
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
     if local_labels is None:
         local_labels = torch.full((n_tokens,), -1, dtype=torch.int64, device=hidden.device)
@@ -79,7 +81,7 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
             row_max.copy_(new_max)
         if tile_stats.shape[0] != rows:
             stats[n0:n0 + rows] = tile_stats[:rows]
-    return stats
+    return stats if merged else stats[None]
 
 
 def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
@@ -156,6 +158,14 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             d_weight[v0:v0 + vocab_chunk] += grad_z.T @ h
     return (d_hidden.to(d_hidden_dtype or torch.float32),
             d_weight.to(d_weight_dtype or torch.float32))
+
+
+def check_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int, vocab_size: int):
+    """(local_ids, bad_rows, record) of global ids [N, K]; see ops/stages.py."""
+    bad = label_check.bad_ids(ids, vocab_size)
+    local = ids.to(torch.int64) - vocab_start
+    local = torch.where(bad | (local < 0) | (local >= local_vocab), -1, local)
+    return local, bad.any(dim=1), label_check.record(bad, ids)
 
 
 def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tensor,

@@ -18,7 +18,7 @@ from .torch_chunked import TOKEN_CHUNK, VOCAB_CHUNK, forward_stats, rounded, row
 
 def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor | None,
                inv_temperature, with_entropy: bool, k: int, *,
-               logits_dtype: torch.dtype | None = None,
+               logits_dtype: torch.dtype | None = None, merged: bool = True,
                token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK):
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
     values = torch.full((n_tokens, k), float("-inf"), dtype=torch.float32, device=hidden.device)
@@ -52,4 +52,4 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
         stats[rows] = forward_stats(h, weight, labels, chunk_inv_t, with_entropy,
                                     logits_dtype=logits_dtype, token_chunk=token_chunk,
                                     vocab_chunk=vocab_chunk)
-    return stats, values, ids
+    return (stats if merged else stats[None]), values, ids

@@ -109,7 +109,7 @@ def test_token_ids_past_the_check_give_nan_rows_and_no_out_of_bounds_gather():
 def test_deferred_token_id_record_names_token_ids_and_the_token():
     ids = torch.zeros(6, 4, dtype=torch.int64)
     ids[2, 3], ids[4, 0] = V, -1
-    label_check.defer_ids(label_check.bad_ids(ids, V), ids, V)
+    label_check.defer_ids(label_check.record(label_check.bad_ids(ids, V), ids), ids, V)
     with pytest.raises(ValueError, match=rf"token_ids out of range \(found on the GPU in an "
                                          rf"earlier call.*\[0, {V}\); got 2 outside it \("
                                          rf"smallest -1, largest {V}, first at token 2\)"):

@@ -27,7 +27,8 @@ CASES = ([f"topk-{n}x{h}x{v}-k{k}-{d}" for n, h, v, k in TOPK_SHAPES for d in DT
          + [f"rowtemp-{d}" for d in DTYPES] + [f"sparse-{d}" for d in DTYPES + ["float16"]]
          + [f"gather-{d}" for d in DTYPES]
          + [f"op-{d}" for d in DTYPES] + [f"invariant-{d}" for d in DTYPES]
-         + ["mergetopk-float32"]
+         + ["mergetopk-float32"] + [f"checkids-{d}" for d in ("int64", "int32")]
+         + [f"unmerged-{d}" for d in DTYPES]
          + [f"modes-{m}" for m in ("bf16logits", "fp32hidden", "fp32weight")])
 # The precision modes (issue 18): (hidden dtype, weight dtype, logits_dtype)
 MODES = {"bf16logits": ("bfloat16", "bfloat16", "bfloat16"),
@@ -135,6 +136,49 @@ def _worker() -> int:
                 report[case] = {"stats_err": (got - ref).abs().max().item(), "values_err": 0.0,
                                 "ids_equal": True, "dh_err": rel(dh, rdh),
                                 "dw_err": rel(dw, rdw), "dtype": str(dtype)[6:]}
+            elif kind == "unmerged":  # forward stages' merged=False: finalize's outputs alike
+                hidden, weight, labels, inv_t = inputs(33, 32, 130, dtype, seed=13)
+                same, parts = True, []
+
+                def outputs(stats):  # labels -1 ignored: no NaN (NaN != NaN in torch.equal)
+                    return triton_impl.finalize(stats, labels, 130, -1, True)
+
+                for temperature in (inv_t, 1 / 0.7):
+                    merged = triton_impl.forward_stats(hidden, weight, labels, temperature, True)
+                    unmerged = triton_impl.forward_stats(hidden, weight, labels, temperature,
+                                                         True, merged=False)
+                    top_m = triton_topk.topk_stats(hidden, weight, labels, temperature, True, 4)
+                    top_u = triton_topk.topk_stats(hidden, weight, labels, temperature, True, 4,
+                                                   merged=False)
+                    parts += [unmerged.shape[0], top_u[0].shape[0]]
+                    same &= all(torch.equal(a, b) for a, b in
+                                zip(outputs(merged[None]), outputs(unmerged)))
+                    same &= all(torch.equal(a, b) for a, b in
+                                zip(outputs(top_m[0][None]), outputs(top_u[0])))
+                    same &= torch.equal(top_m[1], top_u[1]) and torch.equal(top_m[2], top_u[2])
+                report[case] = {"stats_err": 0.0, "values_err": 0.0, "parts": parts,
+                                "ids_equal": same and min(parts) > 1, "dtype": str(dtype)[6:]}
+            elif kind == "checkids":  # the ids' check and shard: kernel against torch
+                g = torch.Generator().manual_seed(12)
+
+                def summary(rec):  # the record's rows reduced, as label_check reads them
+                    rows = [r for r in rec.tolist() if r[0]]
+                    return (sum(r[0] for r in rows), min((r[1] for r in rows), default=None),
+                            max((r[2] for r in rows), default=None),
+                            min((r[3] for r in rows), default=None))
+
+                same, vocab = True, 90
+                for n, k in ((45, 3), (33, 70), (1, 1), (64, 129)):
+                    ids = torch.randint(-3, vocab + 3, (n, k), generator=g).to(dtype)
+                    ids[n // 2] = ids[n // 2].clamp(0, vocab - 1)  # a clean row
+                    for start, width in ((0, vocab), (0, 30), (30, 30), (60, 30)):
+                        ref = torch_chunked.check_ids(ids, start, width, vocab)
+                        got = triton_impl.check_ids(ids, start, width, vocab)
+                        same &= (torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+                                 and summary(got[2]) == summary(ref[2])
+                                 and got[0].dtype == torch.int64)
+                report[case] = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": same,
+                                "dtype": str(dtype)[6:]}
             elif kind == "gather":  # logits at given ids: the kernel against the torch stage
                 hidden, weight, _, inv_t = inputs(13, 40, 70, dtype, seed=5)
                 ids = torch.randint(-1, 70, (13, 37), generator=torch.Generator().manual_seed(6))

@@ -57,7 +57,7 @@ def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tenso
     check_device(hidden, weight, local_ids)
     rounding = logits_rounding(logits_dtype)
     n, k = local_ids.shape
-    out = torch.zeros(n, k, dtype=torch.float32, device=hidden.device)
+    out = torch.empty(n, k, dtype=torch.float32, device=hidden.device)  # all written
     if n == 0 or k == 0:
         return out
     hidden, weight = rowmajor(hidden), rowmajor(weight)

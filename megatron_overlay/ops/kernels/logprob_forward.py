@@ -180,10 +180,13 @@ def forward_splits(n_tokens: int, num_v: int, num_sms: int, cfg: KernelConfig):
 
 def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor | None,
                   inv_temperature, with_entropy: bool, *, logits_dtype: torch.dtype | None = None,
-                  config: KernelConfig | None = None, use_tma: bool | None = None) -> torch.Tensor:
+                  merged: bool = True, config: KernelConfig | None = None,
+                  use_tma: bool | None = None) -> torch.Tensor:
     """The contract's forward. Mixed operands (split_operand.py): an fp32 weight is split
     a vocab chunk at a time (each chunk's statistics merged as the splits' are), fp32
-    hidden states a token block at a time."""
+    hidden states a token block at a time. ``merged=False``: the splits' [S, N, 4]
+    statistics as the kernel wrote them where the tokens fit one launch (one less launch);
+    else [1, N, 4], merged."""
     check_device(hidden, weight, *([] if local_labels is None else [local_labels]))
     rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
@@ -191,8 +194,7 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
     if n_tokens == 0 or vocab == 0:
         stats = torch.zeros(n_tokens, 4, dtype=torch.float32, device=hidden.device)
         stats[:, 0] = float("-inf")
-        return stats
-    stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=hidden.device)  # all written
+        return stats if merged else stats[None]
     hidden, weight = rowmajor(hidden), rowmajor(weight)
     labels = None if local_labels is None else local_labels.contiguous()
     lo, mma = lo_operand(hidden, weight), mma_dtype(hidden, weight)
@@ -202,8 +204,8 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
     launch = _Launch(cfg, use_tma, lo, mma, rounding, bool(with_entropy),
                      inv_t_args(inv_temperature))
     if lo != 2:
-        launch.rows(hidden, (weight, weight), labels, stats)
-        return stats
+        return launch.rows(hidden, (weight, weight), labels, merged)
+    stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=hidden.device)  # all written
     chunk = split_rows(vocab, hidden_size, cfg.block_v)
     per_chunk = stats[None] if chunk == vocab else torch.empty(
         triton.cdiv(vocab, chunk), n_tokens, 4, dtype=torch.float32, device=hidden.device)
@@ -211,10 +213,10 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
     for c, v0 in enumerate(range(0, vocab, chunk)):
         w_parts = split_hi_lo_into(weight[v0:v0 + chunk], w_halves)
         launch.rows(hidden, w_parts, labels - v0 if v0 and labels is not None else labels,
-                    per_chunk[c])
+                    True, per_chunk[c])
     if chunk < vocab:
         merge_splits(per_chunk, stats, bool(with_entropy))
-    return stats
+    return stats if merged else stats[None]
 
 
 class _Launch:
@@ -225,9 +227,12 @@ class _Launch:
         self.with_entropy = with_entropy
         self.inv_t_rows, self.inv_t = inv_t_args_
 
-    def rows(self, hidden, w_parts, labels, stats):
-        """stats [N, 4] of the vocab range whose weight is ``w_parts`` (the weight twice, or
-        an fp32 weight's hi and lo), over the tokens in row blocks (their splits merged)."""
+    def rows(self, hidden, w_parts, labels, merged, stats=None):
+        """The statistics of the vocab range whose weight is ``w_parts`` (the weight twice,
+        or an fp32 weight's hi and lo), over the tokens in row blocks (their splits merged):
+        in ``stats`` [N, 4] (allocated when None) and returned; unless not ``merged`` and
+        one launch takes every row: its [splits, N, 4] (the merge not launched), or
+        [1, N, 4]."""
         cfg, tma, lo, mma = self.cfg, self.tma, self.lo, self.mma
         n_tokens, hidden_size = hidden.shape
         vocab = w_parts[0].shape[0]
@@ -238,11 +243,14 @@ class _Launch:
         if lo == 1:  # fp32 hidden states: split a block of rows at a time
             block_rows = min(block_rows, split_rows(n_tokens, hidden_size, cfg.block_m))
             h_halves = torch.empty(2, block_rows, hidden_size, dtype=mma, device=hidden.device)
+        one_block = block_rows >= n_tokens  # no slicing: each view costs host time
+        unmerged = not merged and one_block
         part = None if splits == 1 else torch.empty(splits, block_rows, 4, dtype=torch.float32,
                                                     device=hidden.device)
+        if stats is None and not (unmerged and part is not None):
+            stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=hidden.device)
         w_src = tile_source(w_parts[0], [cfg.block_v, cfg.block_k], tma)
         w_lo_src = tile_source(w_parts[1], [cfg.block_v, cfg.block_k], tma) if lo == 2 else w_src
-        one_block = block_rows >= n_tokens  # no slicing: each view costs host time
         for r0 in range(0, n_tokens, block_rows):
             rows = min(block_rows, n_tokens - r0)
             h = hidden if one_block else hidden[r0:r0 + rows]
@@ -260,8 +268,8 @@ class _Launch:
                 inv_t_rows = inv_t_rows[r0:r0 + rows]
             forward_stats_kernel[(triton.cdiv(rows, cfg.block_m) * splits,)](
                 h_src, h_lo_src, w_src, w_lo_src,
-                stats if labels is None else labels if one_block else labels[r0:r0 + rows],
-                out, stats if inv_t_rows is None else inv_t_rows,
+                out if labels is None else labels if one_block else labels[r0:r0 + rows],
+                out, out if inv_t_rows is None else inv_t_rows,
                 rows, vocab, hidden_size, h_hi.stride(0), w_parts[0].stride(0), self.inv_t,
                 splits, per_split, cfg.group_m,
                 BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
@@ -272,6 +280,9 @@ class _Launch:
                 num_warps=cfg.num_warps,
                 num_stages=cfg.num_stages,
             )
-            if part is not None:
+            if part is not None and not unmerged:
                 merge_splits(out, stats if one_block else stats[r0:r0 + rows],
                              self.with_entropy)
+        if unmerged:
+            return stats[None] if part is None else part
+        return stats if merged else stats[None]

@@ -244,11 +244,21 @@ def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int, unit: int
 
 def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor | None,
                inv_temperature, with_entropy: bool, k: int, *,
-               logits_dtype: torch.dtype | None = None, config: KernelConfig | None = None,
-               use_tma: bool | None = None, splits: int | None = None):
+               logits_dtype: torch.dtype | None = None, merged: bool = True,
+               config: KernelConfig | None = None, use_tma: bool | None = None,
+               splits: int | None = None):
     """The top-k stage contract. Mixed operands (split_operand.py): fp32 hidden states are
     split a token block at a time (rows are independent), an fp32 weight a vocab chunk at
-    a time (the chunks' statistics merged as splits', their top-k lists as TP shards')."""
+    a time (the chunks' statistics merged as splits', their top-k lists as TP shards').
+    ``merged=False``: the statistics' chunks [chunks, N, 4] as the kernel wrote them where
+    one launch takes every row (one less launch), else [1, N, 4], merged."""
+    out = _topk_stats(hidden, weight, local_labels, inv_temperature, with_entropy, k,
+                      logits_dtype, merged, config, use_tma, splits)
+    return out if merged or out[0].dim() == 3 else (out[0][None], *out[1:])
+
+
+def _topk_stats(hidden, weight, local_labels, inv_temperature, with_entropy, k, logits_dtype,
+                merged, config, use_tma, splits):
     check_device(hidden, weight, *([] if local_labels is None else [local_labels]))
     rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
@@ -266,9 +276,9 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
         use_tma = default_tma(hidden, weight)
     cfg = config or _config(mma, lo)
 
-    def run(h_parts, w_parts, labels, inv_t):
+    def run(h_parts, w_parts, labels, inv_t, merged=True):
         return _topk_range(h_parts, w_parts, labels, inv_t, bool(with_entropy), k, cfg,
-                           use_tma, lo, mma, rounding, splits)
+                           use_tma, lo, mma, rounding, splits, merged)
 
     if lo == 1:
         block = split_rows(n_tokens, hidden_size, cfg.block_m)
@@ -280,7 +290,7 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
                 for r0 in range(0, n_tokens, block)]
         return tuple(torch.cat(parts) for parts in zip(*outs))
     if lo == 0:
-        return run((hidden, hidden), (weight, weight), labels, inv_temperature)
+        return run((hidden, hidden), (weight, weight), labels, inv_temperature, merged)
     chunk = split_rows(vocab, hidden_size, cfg.block_v)
     halves = torch.empty(2, chunk, hidden_size, dtype=mma, device=dev)
     per_chunk, values, ids = [], [], []
@@ -321,7 +331,7 @@ def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None) -> tuple[int, in
 
 
 def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
-                mma, rounding, splits):
+                mma, rounding, splits, merged=True):
     """topk_stats over the rows of ``h_parts`` and the vocab range of ``w_parts`` (each an
     operand twice, or an fp32 operand's hi and lo), in blocks of rows where the partial
     statistics and lists of all the rows would not fit their budget.
@@ -330,7 +340,8 @@ def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     chunk of vocab tiles, the chunks those of the log-prob forward (V and the GPU fix them,
     never N: logprob_forward.invariant_chunk_tiles), and merged in chunk order, whatever
     the split count the top-k's lists take for this N; the top-k values are dot products,
-    the same whatever the split. Off, statistics go per split.
+    the same whatever the split. Off, statistics go per split. ``merged=False``: one
+    launch's chunks unmerged (topk_stats).
     """
     n_tokens = h_parts[0].shape[0]
     num_v = triton.cdiv(w_parts[0].shape[0], cfg.block_v)
@@ -342,7 +353,7 @@ def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     block = max(cfg.block_m, block // cfg.block_m * cfg.block_m)
     if n_tokens <= block:
         return _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
-                           tma, lo, mma, rounding, splits, chunk_tiles)
+                           tma, lo, mma, rounding, splits, chunk_tiles, merged)
     per_row_t = isinstance(inv_temperature, torch.Tensor)
     outs = [_topk_block((h_parts[0][r0:r0 + block], h_parts[1][r0:r0 + block]), w_parts,
                         None if labels is None else labels[r0:r0 + block],
@@ -353,14 +364,14 @@ def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
 
 
 def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
-                mma, rounding, splits, chunk_tiles):
+                mma, rounding, splits, chunk_tiles, merged=True):
     """One launch of the kernel over all the rows of ``h_parts``; ``chunk_tiles``: the
-    statistics' chunk (None: per split)."""
+    statistics' chunk (None: per split); ``merged=False``: the chunks' [chunks, N, 4]
+    statistics unmerged."""
     (h_hi, h_lo), (w_hi, w_lo) = h_parts, w_parts
     n_tokens, hidden_size = h_hi.shape
     vocab = w_hi.shape[0]
     dev = h_hi.device
-    stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=dev)
     num_m = triton.cdiv(n_tokens, cfg.block_m)
     num_v = triton.cdiv(vocab, cfg.block_v)
     unit = chunk_tiles or 1
@@ -372,6 +383,8 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
         splits = math.ceil(num_v / per_split)
     chunk_tiles = chunk_tiles or per_split
     chunks = triton.cdiv(num_v, chunk_tiles)
+    stats = None if chunks > 1 and not merged else \
+        torch.empty(n_tokens, 4, dtype=torch.float32, device=dev)
     part = stats if chunks == 1 else torch.empty(chunks, n_tokens, 4, dtype=torch.float32,
                                                  device=dev)
     part_v = torch.empty(splits, n_tokens, k, dtype=torch.float32, device=dev)
@@ -382,8 +395,8 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     topk_stats_kernel[(num_m * splits,)](
         h_src, tile_source(h_lo, [cfg.block_m, cfg.block_k], tma) if lo == 1 else h_src,
         w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], tma) if lo == 2 else w_src,
-        stats if labels is None else labels, part, part_v, part_i,
-        stats if inv_t_rows is None else inv_t_rows,
+        part if labels is None else labels, part, part_v, part_i,
+        part if inv_t_rows is None else inv_t_rows,
         n_tokens, vocab, hidden_size, k, h_hi.stride(0), w_hi.stride(0), inv_t,
         splits, per_split, chunk_tiles, cfg.group_m,
         BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
@@ -393,7 +406,9 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
         LOGITS_DTYPE=rounding, LO=lo, HAS_LABELS=labels is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    if chunks > 1:
+    if stats is None:  # unmerged: the chunks, which finalize folds
+        stats = part
+    elif chunks > 1:
         merge_splits(part, stats, with_entropy)
     if splits * k <= MERGE_TOPK_MAX_CANDIDATES:  # one launch (merge_topk.py)
         return (stats, *merge_topk(part_v, part_i, vocab))

@@ -3,6 +3,7 @@
     forward_stats   logprob_forward.py  (+ merge_splits.py, split_operand.py)
     finalize        finalize_stats.py
     backward        logprob_backward.py (+ sparse_grad.py, gemm_fp32.py, split_operand.py)
+    check_ids       check_ids.py
     logits_at       gather_dot.py
 
 What ops/stages.py's ``pick_impl`` returns on CUDA. Each stage takes keyword-only extras
@@ -12,10 +13,11 @@ for tools and tests (``config``, ``use_tma``; backward also ``chunk_budget``,
 
 from __future__ import annotations
 
+from .check_ids import check_ids
 from .finalize_stats import finalize
 from .gather_dot import logits_at
 from .launch import interpreting, tma_supported
 from .logprob_backward import backward
 from .logprob_forward import forward_stats
 
-__all__ = ["backward", "finalize", "forward_stats", "interpreting", "logits_at", "tma_supported"]
+__all__ = ["backward", "check_ids", "finalize", "forward_stats", "interpreting", "logits_at", "tma_supported"]
