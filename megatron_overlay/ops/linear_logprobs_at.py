@@ -35,8 +35,7 @@ def backward_at_ids(impl, hidden, weight, local_ids, inv_t, lse, mean_z, grad_at
     dense term, and the ids with their grads as its sparse indicator terms.
     """
     grad_at_ids = grad_at_ids.float()
-    no_label = torch.full((hidden.shape[0],), -1, dtype=torch.int64, device=hidden.device)
-    d_hidden, d_weight = impl.backward(hidden, weight, no_label, inv_t, lse,
+    d_hidden, d_weight = impl.backward(hidden, weight, None, inv_t, lse,
                                        mean_z if grad_entropy is not None else None,
                                        grad_at_ids.sum(dim=1), grad_entropy,
                                        d_weight_dtype=weight.dtype, sparse_ids=local_ids,

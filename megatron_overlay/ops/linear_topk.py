@@ -86,11 +86,12 @@ class LinearTopkLogprobs(torch.autograd.Function):
         ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None
         ctx.has_labels, ctx.logits_dtype = labels is not None, params.logits_dtype
         if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive
-            # the chosen ids and the label: the ids whose log-probs carry gradients
-            label_ids = local_labels[:, None] if local_labels is not None else \
-                torch.full((n, 1), -1, dtype=torch.int64, device=hidden.device)
-            local_ids = torch.cat([shard_ids(ids, vocab_start, weight.shape[0]), label_ids],
-                                  dim=1)
+            # the chosen ids (and the label): the ids whose log-probs carry gradients. Without
+            # TP the global ids are this shard's (PAD_ID lies in no shard: no id); a copy,
+            # since the caller may edit the returned ids in place.
+            local_ids = shard_ids(ids, vocab_start, weight.shape[0]) if tp else ids
+            local_ids = local_ids.clone() if local_labels is None else \
+                torch.cat([local_ids, local_labels[:, None]], dim=1)
             ctx.save_for_backward(hidden, weight, local_ids, lse, mean_z, valid, bad)
         return ids, topk_log_probs, log_probs, entropy
 
@@ -99,10 +100,14 @@ class LinearTopkLogprobs(torch.autograd.Function):
         hidden, weight, local_ids, lse, mean_z, valid, bad = ctx.saved_tensors
         if hidden.is_cuda:
             label_check.poll()
-        n, k = hidden.shape[0], local_ids.shape[1] - 1
-        grads = torch.zeros(n, k + 1, dtype=torch.float32, device=hidden.device)
-        if grad_topk is not None:
-            grads[:, :k] = grad_topk.float()
+        n, k = hidden.shape[0], local_ids.shape[1] - ctx.has_labels
+        if not ctx.has_labels and grad_topk is not None:  # the ids' grads, nothing else
+            grads = grad_topk.float()
+        else:
+            grads = torch.zeros(n, local_ids.shape[1], dtype=torch.float32,
+                                device=hidden.device)
+            if grad_topk is not None:
+                grads[:, :k] = grad_topk.float()
         if grad_log_probs is not None and ctx.has_labels:
             grads[:, k] = torch.where(valid, grad_log_probs.float(), 0.0)
             grads[:, k] = torch.where(bad, float("nan"), grads[:, k])

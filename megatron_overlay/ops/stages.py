@@ -15,8 +15,9 @@ Shared by every stage:
   local_labels [N] / local_ids [N, K]: indices into this vocab shard (weight [V, H] is
       this rank's shard); a value outside [0, V) (-1, another shard's id less this
       shard's start, an out-of-range label) matches no column: no label / id here. The
-      forward stages also take ``local_labels=None``: no label in any row (z[label] = 0),
-      which spares the kernels the label's compare and sum over every logit.
+      forward stages and backward also take ``local_labels=None``: no label in any row
+      (z[label] = 0), which spares the kernels the label's compare (and sum) over every
+      logit.
   z = round(hidden @ weight.T) * inv_temperature (per row), accumulated in fp32 from
       operands of one dtype or a 16-bit one with an fp32 one; round is the identity by
       default (an fp32 head) and, with the keyword ``logits_dtype`` (bfloat16 or float16),
@@ -71,7 +72,8 @@ class LogprobStages(Protocol):
         z[label] - lse, 0 where not valid, NaN where bad; the entropy 0 where not valid."""
         ...
 
-    def backward(self, hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+    def backward(self, hidden: torch.Tensor, weight: torch.Tensor,
+                 local_labels: torch.Tensor | None,
                  inv_temperature: InvTemperature, lse: torch.Tensor,
                  mean_z: torch.Tensor | None, grad_logprob: torch.Tensor,
                  grad_entropy: torch.Tensor | None, *,
@@ -88,7 +90,7 @@ class LogprobStages(Protocol):
         ``sparse_ids`` [N, K] (local ids, or -1) with ``sparse_grads`` [N, K] fp32 add
         sum_i sparse_grads[n, i] 1[j = sparse_ids[n, i]] to d(loss)/dz, the indicator
         terms of log-probs at several ids per token (repeats add up); used by
-        linear_logprobs_at / linear_topk_logprobs with local_labels all -1."""
+        linear_logprobs_at / linear_topk_logprobs with local_labels None."""
         ...
 
     def check_ids(self, ids: torch.Tensor, vocab_start: int, local_vocab: int,

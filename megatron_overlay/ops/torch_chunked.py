@@ -119,7 +119,7 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
     return lse, mean_z, entropy, log_probs, valid, bad, rec
 
 
-def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor | None,
              inv_temperature, lse: torch.Tensor, mean_z: torch.Tensor | None,
              grad_logprob: torch.Tensor, grad_entropy: torch.Tensor | None, *,
              d_weight_dtype: torch.dtype | None = None,
@@ -131,6 +131,8 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     With ``logits_dtype`` p comes from the rounded logits, as the forward's, and the
     rounding passes the gradient through unchanged (as autograd through a cast does)."""
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
+    if local_labels is None:
+        local_labels = torch.full((n_tokens,), -1, dtype=torch.int64, device=hidden.device)
     d_hidden = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
     d_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
     for n0 in range(0, n_tokens, token_chunk):

@@ -45,14 +45,14 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def _grad_tile(acc, rows, cols, N, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr, g_ent_ptr,
-               inv_t, inv_t_ptr, scale, HAS_ENTROPY: tl.constexpr, ROW_INV_T: tl.constexpr):
+def _grad_tile(acc, rows, cols, N, V, labels_ptr, label_shift, lse_ptr, mean_z_ptr, g_lp_ptr,
+               g_ent_ptr, inv_t, inv_t_ptr, scale, HAS_ENTROPY: tl.constexpr,
+               ROW_INV_T: tl.constexpr, HAS_LABELS: tl.constexpr):
     keep = rows < N
     if ROW_INV_T:  # per-row temperatures: a [BLOCK_M, 1] column instead of the scalar
         inv_t = tl.load(inv_t_ptr + rows, mask=keep, other=1.0)[:, None]
     lse = tl.load(lse_ptr + rows, mask=keep, other=0.0)
     g_lp = tl.load(g_lp_ptr + rows, mask=keep, other=0.0)
-    labels = tl.load(labels_ptr + rows, mask=keep, other=-1).to(tl.int32)
     p = tl.exp2(acc * (inv_t * LOG2E) - (lse * LOG2E)[:, None])
     if HAS_ENTROPY:
         mean_z = tl.load(mean_z_ptr + rows, mask=keep, other=0.0)
@@ -60,21 +60,28 @@ def _grad_tile(acc, rows, cols, N, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr, g_
         coef = g_lp[:, None] + g_ent[:, None] * (acc * inv_t - mean_z[:, None])
     else:
         coef = g_lp[:, None]
-    grad = tl.where(cols[None, :] == labels[:, None], g_lp[:, None], 0.0) - p * coef
+    grad = -p * coef
+    if HAS_LABELS:  # the label's column, relative to this vocab chunk (outside it: none)
+        labels = tl.load(labels_ptr + rows, mask=keep, other=-1) - label_shift
+        labels = tl.where((labels >= 0) & (labels < V), labels, -1).to(tl.int32)
+        grad += tl.where(cols[None, :] == labels[:, None], g_lp[:, None], 0.0)
     return grad * (inv_t * scale)
 
 
 @triton.jit
 def grad_logits_kernel(
     h_src, h_lo_src, w_src, w_lo_src, g_dst, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr,
-    g_ent_ptr, scale_ptr, inv_t_ptr, N, V, H, stride_h, stride_w, stride_g, inv_t, group_m,
-    num_progs,
+    g_ent_ptr, scale_ptr, inv_t_ptr, N, V, H, stride_h, stride_w, stride_g, inv_t, label_shift,
+    group_m, num_progs,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_ENTROPY: tl.constexpr, HAS_SCALE: tl.constexpr, USE_TMA: tl.constexpr,
     FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
     ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr,
+    HAS_LABELS: tl.constexpr,
 ):
-    """``labels_ptr`` holds labels relative to this vocab chunk (-1 or out of range: none).
+    """``labels_ptr`` holds this shard's labels; less ``label_shift`` (the chunk's first
+    column) they index this vocab chunk (outside [0, V): none). ``HAS_LABELS`` False: no
+    label in any row (``labels_ptr`` unused).
     ``ROW_INV_T``: per-row inverse temperatures at ``inv_t_ptr`` [N], else the scalar.
     ``LOGITS_DTYPE``: the recomputed tile rounded as the forward's was (the gradient
     passes through the rounding); ``LO``: an fp32 operand as its hi and lo parts, as the
@@ -106,9 +113,9 @@ def grad_logits_kernel(
         pid_m, pid_v = grouped_ids(tile_c, num_m, num_v, group_m)
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
-        grad = _grad_tile(round_logits(acc, LOGITS_DTYPE), rows, cols, N, labels_ptr, lse_ptr,
-                          mean_z_ptr, g_lp_ptr, g_ent_ptr, inv_t, inv_t_ptr, scale, HAS_ENTROPY,
-                          ROW_INV_T).to(out_dtype)
+        grad = _grad_tile(round_logits(acc, LOGITS_DTYPE), rows, cols, N, V, labels_ptr,
+                          label_shift, lse_ptr, mean_z_ptr, g_lp_ptr, g_ent_ptr, inv_t, inv_t_ptr,
+                          scale, HAS_ENTROPY, ROW_INV_T, HAS_LABELS).to(out_dtype)
         if USE_TMA:  # the copy engine clips the out-of-bounds part of the box
             g_dst.store([pid_m * BLOCK_M, pid_v * BLOCK_V], grad)
         else:
@@ -131,7 +138,7 @@ def _parts(hi: torch.Tensor, lo: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return (lo, hi) if autotune_configs.MIXED_GRAD16_WITH_LO else (hi,)
 
 
-def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor,
+def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor | None,
              inv_temperature, lse: torch.Tensor, mean_z: torch.Tensor | None,
              grad_logprob: torch.Tensor, grad_entropy: torch.Tensor | None, *,
              config: KernelConfig | None = None, use_tma: bool | None = None,
@@ -159,7 +166,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     the 16-bit operand's (autotune_configs.MIXED_GRAD16_WITH_LO); split a piece at a time
     within the budget: the fp32 weight's vocab chunk, or the fp32 hidden states' token
     block."""
-    check_device(hidden, weight, local_labels)
+    check_device(hidden, weight, *([] if local_labels is None else [local_labels]))
     rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
     vocab = weight.shape[0]
@@ -219,21 +226,19 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
         else None
     w_halves = torch.empty(2, width_max, hidden_size, dtype=mma, device=dev) if split_w \
         else None
-    labels = local_labels.contiguous()
+    labels = None if local_labels is None else local_labels.contiguous()
     inv_t_rows, inv_t = inv_t_args(inv_temperature)
     sparse = None
-    if sparse_ids is not None:  # d(logits) entries: g * inv_t (and the fp16 buffer's scale)
-        vals = sparse_grads.float() * (inv_t if inv_t_rows is None else inv_t_rows[:, None])
-        if unscale is not None:
-            vals = vals * scale
-        sparse = (sparse_ids.to(torch.int32).contiguous(), vals.contiguous())
+    if sparse_ids is not None:  # d(logits) entries g * inv_t (* the fp16 buffer's scale)
+        sparse = (sparse_ids.contiguous(), sparse_grads.float().contiguous())
 
     # one token block / vocab chunk (small N): no slices, each view costs host time
     whole = lambda t, part: t if block_rows >= n_tokens else t[part]  # noqa: E731
     for r0 in range(0, n_tokens, block_rows):
         rows = min(block_rows, n_tokens - r0)
         blk = slice(r0, r0 + rows)
-        h_blk, lab_blk = whole(hidden, blk), whole(labels, blk)
+        h_blk = whole(hidden, blk)
+        lab_blk = lse if labels is None else whole(labels, blk)  # lse: unused
         dh = whole(d_hidden, blk) if dh_acc is None else \
             dh_acc if rows == block_rows else dh_acc[:rows]
         # the block, or an fp32 block's (hi, lo)
@@ -255,20 +260,22 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                 w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], chunk_tma) if split_w
                 else w_src,
                 tile_source(grad, [cfg.block_m, cfg.block_v], chunk_tma),
-                lab_blk - v0 if v0 else lab_blk, whole(lse, blk), whole(mean_z, blk),
-                whole(g_lp, blk), whole(g_ent, blk),
+                lab_blk, whole(lse, blk), whole(mean_z, blk), whole(g_lp, blk), whole(g_ent, blk),
                 scale, lse if inv_t_rows is None else whole(inv_t_rows, blk),
                 rows, width, hidden_size, h_hi.stride(0), w_hi.stride(0), grad.stride(0),
-                inv_t, cfg.group_m, progs,
+                inv_t, v0, cfg.group_m, progs,
                 BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
                 HAS_ENTROPY=has_entropy, HAS_SCALE=unscale is not None, USE_TMA=chunk_tma,
                 FLATTEN=cfg.loop == 1, WARP_SPEC=cfg.warp_specialize,
                 DOT_PRECISION=dot_precision(mma), UPCAST_DOT=upcast_dot(mma),
                 ROW_INV_T=inv_t_rows is not None, LOGITS_DTYPE=rounding, LO=lo,
+                HAS_LABELS=labels is not None,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             )
             if sparse is not None:
-                add_sparse_grad(grad, whole(sparse[0], blk), whole(sparse[1], blk), v0, width)
+                add_sparse_grad(grad, whole(sparse[0], blk), whole(sparse[1], blk), v0, width,
+                                inv_t, None if inv_t_rows is None else whole(inv_t_rows, blk),
+                                scale if unscale is not None else None)
             # an fp32 operand enters only the GEMM of the other (16-bit) operand's gradient:
             # as hi alone, or lo then hi (autotune_configs.MIXED_GRAD16_WITH_LO)
             for i, part in enumerate(_parts(w_hi, w_lo) if split_w else (w_chunk,)):

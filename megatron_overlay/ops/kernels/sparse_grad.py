@@ -17,14 +17,20 @@ import triton.language as tl
 
 
 @triton.jit
-def add_sparse_grad_kernel(g_ptr, stride_g, ids_ptr, vals_ptr, K, v0, width,
-                           KP: tl.constexpr):
+def add_sparse_grad_kernel(g_ptr, stride_g, ids_ptr, vals_ptr, inv_t_ptr, scale_ptr, K, v0,
+                           width, inv_t, KP: tl.constexpr, ROW_INV_T: tl.constexpr,
+                           HAS_SCALE: tl.constexpr):
     row = tl.program_id(0)
     i = tl.arange(0, KP)
     valid = i < K
     base = row.to(tl.int64) * K
-    ids = tl.load(ids_ptr + base + i, mask=valid, other=-1)
-    vals = tl.load(vals_ptr + base + i, mask=valid, other=0.0)
+    ids = tl.load(ids_ptr + base + i, mask=valid, other=-1).to(tl.int64)
+    if ROW_INV_T:
+        inv_t = tl.load(inv_t_ptr + row)
+    # each entry's d(logits) term, g * inv_t (* the fp16 buffer's scale), before the sums
+    vals = tl.load(vals_ptr + base + i, mask=valid, other=0.0) * inv_t
+    if HAS_SCALE:
+        vals = vals * tl.load(scale_ptr)
     cols = ids - v0
     here = valid & (ids >= 0) & (cols >= 0) & (cols < width)
     same = (ids[:, None] == ids[None, :]) & here[:, None] & here[None, :]
@@ -37,9 +43,14 @@ def add_sparse_grad_kernel(g_ptr, stride_g, ids_ptr, vals_ptr, K, v0, width,
 
 
 def add_sparse_grad(grad: torch.Tensor, ids: torch.Tensor, vals: torch.Tensor, v0: int,
-                    width: int) -> None:
-    """grad [rows, width] (columns v0 ...) += the rows' (ids [rows, K] int32, vals [rows, K]
-    fp32) entries that fall in it."""
+                    width: int, inv_t: float = 1.0, inv_t_rows: torch.Tensor | None = None,
+                    scale: torch.Tensor | None = None) -> None:
+    """grad [rows, width] (columns v0 ...) += the rows' (ids [rows, K] int64 or int32, vals
+    [rows, K] fp32) entries that fall in it, each times the row's inverse temperature
+    (``inv_t_rows`` [rows] fp32, else ``inv_t``) and ``scale`` (a 1-element fp32 tensor:
+    the fp16 buffer's, logprob_backward.py) when given."""
     k = ids.shape[1]
-    add_sparse_grad_kernel[(grad.shape[0],)](grad, grad.stride(0), ids, vals, k, v0, width,
-                                             KP=triton.next_power_of_2(k))
+    add_sparse_grad_kernel[(grad.shape[0],)](
+        grad, grad.stride(0), ids, vals, vals if inv_t_rows is None else inv_t_rows,
+        vals if scale is None else scale, k, v0, width, inv_t, KP=triton.next_power_of_2(k),
+        ROW_INV_T=inv_t_rows is not None, HAS_SCALE=scale is not None)
