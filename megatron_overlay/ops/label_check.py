@@ -148,7 +148,13 @@ def defer_ids(rec: torch.Tensor, ids: torch.Tensor, vocab_size: int,
 def _raise_if_bad(rec: torch.Tensor, message, deferred: bool = False) -> None:
     """``ValueError(message(...))`` if the record's rows count any bad id (reads it: a
     sync if it is on the GPU)."""
-    rows = [r for r in rec.reshape(-1, 4).tolist() if r[0]]
+    rec = rec.reshape(-1, 4)
+    # the records have a row per block of tokens (N / 32 of them for ids): look at the
+    # counts first, one torch call, instead of turning every row into Python ints (which
+    # cost a 32768-token call ~1 ms of host time)
+    if not bool(rec[:, 0].any()):
+        return
+    rows = [r for r in rec.tolist() if r[0]]
     if rows:
         raise ValueError(message(sum(r[0] for r in rows), min(r[1] for r in rows),
                                  max(r[2] for r in rows), min(r[3] for r in rows),
