@@ -205,6 +205,23 @@ def test_distillation_benchmark_forward_only_with_the_invariance_variant(tmp_pat
     assert row["topk_ours_variant"]["x_floor"] > 0
 
 
+def test_distillation_benchmark_against_a_baseline_copy_of_the_package(tmp_path):
+    # distill --baseline: base's counterparts of the selected methods, ours' vs_base
+    shutil.copytree(REPO / "megatron_overlay", tmp_path / "base" / "megatron_overlay_base")
+    out = tmp_path / "vs_base"
+    assert bench(["distill", "--device", "cpu", "--baseline", str(tmp_path / "base"),
+                  "--shapes", "64,32,512", "--ks", "4", "--rounds", "2", "--burst-ms", "2",
+                  "--heat-s", "0", "--methods", "topk_ours,at_ours_fb", "--out", str(out)]) == 0
+    row = next(r for r in json.loads((out / "results.json").read_text())["results"]
+               if r.get("k") == 4)
+    assert {"topk_ours", "topk_base", "at_ours_fb", "at_base_fb"} <= set(row)
+    assert "at_base" not in row and "topk_torch" not in row
+    for name in ("topk_ours", "at_ours_fb"):
+        x, lo, hi = row[name]["vs_base"]
+        assert 0 < lo <= x <= hi
+    assert "vs_base" not in row["topk_base"]
+
+
 def test_distillation_benchmark_refuses_a_cpu_sweep(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench(["distill", "--device", "cpu", "--sweep", "64,32,512,4", "--out", str(tmp_path)])

@@ -7,29 +7,37 @@ at_ours_fb and at_torch_fb (log_softmax gather) forward+backward. Timed by
 tools/bench/timing.py (bursts; ``host_ms``: a call's enqueue time, the GPU busy ahead of
 it), with ``--sync`` also as single synchronized calls (``sync_ms``, ``sync_x``: the
 other protocol), then peak extra memory (for top-k, also beyond its outputs) and checks of
-the first rows against fp64.
+the first rows against fp64. ``--baseline DIR``: DIR/megatron_overlay_base (the package of
+another commit, as for ``op --baseline``) runs beside ours as topk_base / at_base /
+at_base_fb, the counterparts of the selected methods, and each of ours gets ``vs_base``:
+its time over base's, paired per round (host times compare only within one process).
 ``--device cpu``: a smoke run on tiny shapes (host-clock timings, no memory figures).
 
     python -m tools.bench distill --sync --out out/distill   # both protocols
     python -m tools.bench distill --sweep 8192,4096,151936,32 --sweep-splits 1,2,4 --ks 32 \
         --shapes 8192,4096,151936 --out out/sweep          # + configs and split counts
     python -m tools.bench distill --device cpu --shapes 64,32,512 --ks 1,4 --out out/smoke
+    git archive REV megatron_overlay | tar -x -C /tmp/base && \
+        mv /tmp/base/megatron_overlay /tmp/base/megatron_overlay_base
+    python -m tools.bench distill --baseline /tmp/base --phases fwd --ks 8 --out out/vs_base
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 
 import torch
 
+from megatron_overlay import ops as ours_ops
 from megatron_overlay.ops import batch_invariance, linear_logprobs_at, linear_topk_logprobs
 
 from . import timing
 from .clocks import ClockSampler
 from .inputs import SHAPES, TEMPERATURE, distill_inputs, shape
-from .methods import peak_extra_gib
+from .methods import import_baseline, peak_extra_gib
 from .report import Run
 from .timing import timing_options
 
@@ -46,10 +54,10 @@ def gemm_fb(h, w, _ids):
     return logits @ w, logits.T @ h
 
 
-def topk_ours(k):
+def topk_ours(k, ops=ours_ops):
     def run(h, w, _ids):
         with torch.no_grad():
-            return linear_topk_logprobs(h, w, k, temperature=TEMPERATURE)
+            return ops.linear_topk_logprobs(h, w, k, temperature=TEMPERATURE)
     return run
 
 
@@ -77,16 +85,20 @@ def topk_torch(k):
     return run
 
 
-def at_ours(h, w, ids):
-    with torch.no_grad():
-        return linear_logprobs_at(h, w, ids, temperature=TEMPERATURE)
+def at_ours(ops=ours_ops):
+    def run(h, w, ids):
+        with torch.no_grad():
+            return ops.linear_logprobs_at(h, w, ids, temperature=TEMPERATURE)
+    return run
 
 
-def at_ours_fb(h, w, ids):
-    h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
-    lp, _ = linear_logprobs_at(h, w, ids, temperature=TEMPERATURE)
-    lp.sum().backward()
-    return h.grad, w.grad
+def at_ours_fb(ops=ours_ops):
+    def run(h, w, ids):
+        h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
+        lp, _ = ops.linear_logprobs_at(h, w, ids, temperature=TEMPERATURE)
+        lp.sum().backward()
+        return h.grad, w.grad
+    return run
 
 
 def at_torch_fb(h, w, ids):
@@ -98,18 +110,27 @@ def at_torch_fb(h, w, ids):
 
 # Each method: name -> (k -> a callable of (hidden, weight, ids)); the forward-only ones
 # against the GEMM, the others (fwd+bwd) against the 3-GEMM floor.
-FORWARD_ONLY = ("topk_ours", "topk_ours_variant", "topk_torch", "at_ours")
+FORWARD_ONLY = ("topk_ours", "topk_ours_variant", "topk_torch", "at_ours", "topk_base",
+                "at_base")
+# --baseline: base's method -> ours it stands beside
+BASE_OF = {"topk_base": "topk_ours", "at_base": "at_ours", "at_base_fb": "at_ours_fb"}
 
 
 def _methods(args) -> dict:
     every = {"topk_ours": topk_ours, "topk_torch": topk_torch,
-             "at_ours": lambda k: at_ours, "at_ours_fb": lambda k: at_ours_fb,
+             "at_ours": lambda k: at_ours(), "at_ours_fb": lambda k: at_ours_fb(),
              "at_torch_fb": lambda k: at_torch_fb}
     if args.invariance_ab:
         every["topk_ours_variant"] = topk_ours_variant
+    selected = args.methods.split(",")
+    if args.baseline:
+        base = importlib.import_module(f"{import_baseline(args.baseline)}.ops")
+        every.update(topk_base=lambda k: topk_ours(k, base), at_base=lambda k: at_ours(base),
+                     at_base_fb=lambda k: at_ours_fb(base))
+        selected += [name for name, ours in BASE_OF.items() if ours in selected]
     return {name: make for name, make in every.items()
             if (name in FORWARD_ONLY or "fb" in args.phases)
-            and (name == "topk_ours_variant" or name in args.methods.split(","))}
+            and (name == "topk_ours_variant" or name in selected)}
 
 
 def check(hidden, weight, k) -> dict:
@@ -185,6 +206,10 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
             if f"{base}@{k}" in single_ratios:
                 rec["sync_ms"] = single[f"{base}@{k}"].median_ms
                 rec["sync_x"] = list(single_ratios[f"{base}@{k}"])
+            counterpart = next((f"{b}@{k}" for b, o in BASE_OF.items() if o == base), None)
+            if counterpart in got and not got[counterpart].error:  # --baseline: ours / base
+                pair = {f"{base}@{k}": t, counterpart: got[counterpart]}
+                rec["vs_base"] = list(timing.paired_ratios(pair, counterpart)[f"{base}@{k}"])
             try:
                 mem = peak_extra_gib(fn, per_k[k][0])
                 mem = None if mem is None else mem * 1024
@@ -195,6 +220,7 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
             rec["extra_beyond_outputs_mib"] = None if mem is None else mem - out_mib
             row[base] = rec
             sync = f"  sync {rec['sync_x'][0]:5.3f}x" if "sync_x" in rec else ""
+            sync += f"  vs base {rec['vs_base'][0]:5.3f}x" if "vs_base" in rec else ""
             log(f"{n}x{h}x{v} k={k} {base:>12}: {rec['ms']:8.2f} ms  {rec['x_floor']:5.3f}x "
                 f"floor ({rec['x_floor_min']:.3f}-{rec['x_floor_max']:.3f}){sync}  host "
                 f"{rec['host_ms'] or 0:.3f} ms  peak +"
@@ -245,6 +271,9 @@ def add_arguments(p):
                         "at_ours_fb, at_torch_fb (forward+backward)")
     p.add_argument("--phases", default="fwd,fb",
                    help="fwd,fb (default) or fwd: the forward-only methods alone")
+    p.add_argument("--baseline", default=None, metavar="DIR",
+                   help="DIR/megatron_overlay_base (another commit's package): its ops beside "
+                        "ours (topk_base, at_base, at_base_fb) and ours' vs_base ratios")
     p.add_argument("--invariance-ab", action="store_true",
                    help="also topk_ours_variant: topk_ours with batch invariance off")
     p.add_argument("--sync", action="store_true",

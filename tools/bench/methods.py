@@ -6,7 +6,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import importlib.util
 import os
+import sys
+from pathlib import Path
 from unittest import mock
 
 import torch
@@ -115,6 +118,25 @@ class Fp32Head(Materialized):
 class Tf32Head(Fp32Head):
     """The same GEMM in TF32 (allow_tf32 on): the head NeMo-RL runs at about bf16 speed."""
     name, outputs, tf32 = "tf32_head", "logprob+entropy (TF32 head)", True
+
+
+BASE_PACKAGE = "megatron_overlay_base"
+
+
+def import_baseline(folder: Path) -> str:
+    """Import DIR/megatron_overlay_base, the package copied from another commit (its
+    imports are relative, so it runs beside this one); returns its name, for
+    importlib.import_module(f"{name}.ops"). Both op and distill take it as --baseline."""
+    if BASE_PACKAGE in sys.modules:
+        return BASE_PACKAGE
+    root = Path(folder) / BASE_PACKAGE
+    spec = importlib.util.spec_from_file_location(
+        BASE_PACKAGE, root / "__init__.py", submodule_search_locations=[str(root)])
+    if spec is None or not (root / "__init__.py").is_file():
+        raise SystemExit(f"--baseline: no {BASE_PACKAGE} package in {folder}")
+    sys.modules[BASE_PACKAGE] = module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return BASE_PACKAGE
 
 
 class Ours(Method):

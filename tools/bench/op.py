@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-import importlib.util
 import json
-import sys
 import traceback
 from pathlib import Path
 
@@ -37,25 +35,18 @@ from .timing import timing_options
 from .clocks import ClockSampler
 from .inputs import (ACC_ROWS, LABELS, LOGITS, SHAPES, TEMPERATURE, fp64_reference,
                      loss_coeffs, make_inputs, max_err, op_phases, shape)
-from .methods import BUILTIN, Ours, peak_extra_gib
+from .methods import BUILTIN, Ours, import_baseline, peak_extra_gib
 from .peers import PEERS
 
 METHODS = {**BUILTIN, **PEERS}
 DEFAULT_METHODS = "gemm,materialized,ours,verl,liger_scaled_ce,liger_flce,cce"
 BASELINE_METHODS = "gemm,base,ours,ours_var"
-BASE_PACKAGE = "megatron_overlay_base"
 
 
 def load_baseline(folder: Path) -> None:
     """Import DIR/megatron_overlay_base and add the method "base" (its op)."""
-    root = folder / BASE_PACKAGE
-    spec = importlib.util.spec_from_file_location(
-        BASE_PACKAGE, root / "__init__.py", submodule_search_locations=[str(root)])
-    if spec is None:
-        raise SystemExit(f"--baseline: no {BASE_PACKAGE} package in {folder}")
-    sys.modules[BASE_PACKAGE] = module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    METHODS["base"] = lambda: Ours(package=BASE_PACKAGE, name="base")
+    package = import_baseline(folder)
+    METHODS["base"] = lambda: Ours(package=package, name="base")
 
 
 def add_fb_variant(spec: str) -> str:
