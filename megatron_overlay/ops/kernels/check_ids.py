@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import check_device
+from .launch import cdiv, check_device, next_power_of_2
 
 CHECK_BLOCK_ROWS = 32
 CHECK_BLOCK_IDS = 64
@@ -71,7 +71,7 @@ def check_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int, vocab_size:
     check_device(ids)
     n, k = ids.shape
     dev = ids.device
-    programs = triton.cdiv(n, CHECK_BLOCK_ROWS)
+    programs = cdiv(n, CHECK_BLOCK_ROWS)
     local = torch.empty(n, k, dtype=torch.int64, device=dev)
     bad_rows = torch.empty(n, dtype=torch.int8, device=dev)
     rec = torch.empty(programs, 4, dtype=torch.int64, device=dev)
@@ -82,5 +82,5 @@ def check_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int, vocab_size:
         check_ids_kernel[(programs,)](
             ids.contiguous(), local, bad_rows, rec, n, k, vocab_start, local_vocab, vocab_size,
             BLOCK_ROWS=CHECK_BLOCK_ROWS,
-            BLOCK_IDS=min(CHECK_BLOCK_IDS, max(2, triton.next_power_of_2(k))))
+            BLOCK_IDS=min(CHECK_BLOCK_IDS, max(2, next_power_of_2(k))))
     return local, bad_rows.view(torch.bool), rec

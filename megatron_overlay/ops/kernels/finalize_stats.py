@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import cdiv
+
 from .merge_splits import fold_parts
 
 FINALIZE_BLOCK = 256  # token rows per program
@@ -81,7 +83,7 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
     if not with_entropy:
         mean_z = entropy = None
     valid = bad = rec = None
-    programs = triton.cdiv(n_tokens, FINALIZE_BLOCK)
+    programs = cdiv(n_tokens, FINALIZE_BLOCK)
     if not has_labels:
         log_probs = None
     else:

@@ -23,6 +23,18 @@ def interpreting() -> bool:
     return type(load_tile).__name__ == "InterpretedFunction"
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) of host ints. (``triton.cdiv`` and ``triton.next_power_of_2`` are
+    ConstexprFunctions since Triton 3.5: ~1.3 us a call from host code, where each launch's
+    arithmetic calls them a few times.)"""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of 2 >= n (n >= 1), of a host int."""
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
 def check_device(*tensors: torch.Tensor) -> None:
     if interpreting():
         return

@@ -35,7 +35,7 @@ from . import autotune_configs
 from ._tiles import grouped_ids, mma_step, round_logits
 from .autotune_configs import KernelConfig
 from .gemm_fp32 import matmul_fp32
-from .launch import (check_device, default_tma, dot_precision, interpreting, inv_t_args,
+from .launch import (cdiv, check_device, default_tma, dot_precision, interpreting, inv_t_args,
                      lo_operand, logits_rounding, mma_dtype, rowmajor, sm_count, tile_source,
                      tma_aligned, upcast_dot)
 from .sparse_grad import add_sparse_grad
@@ -129,8 +129,8 @@ def _vocab_chunk(vocab: int, column_bytes: int, block_v: int, budget: int) -> in
     """Vocab columns per chunk: as wide as ``budget`` allows at ``column_bytes`` a column,
     in equal chunks of whole tiles."""
     chunks = max(1, math.ceil(vocab * column_bytes / budget))
-    width = triton.cdiv(triton.cdiv(vocab, chunks), block_v) * block_v
-    return min(width, triton.cdiv(vocab, block_v) * block_v)
+    width = cdiv(cdiv(vocab, chunks), block_v) * block_v
+    return min(width, cdiv(vocab, block_v) * block_v)
 
 
 def _parts(hi: torch.Tensor, lo: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -218,7 +218,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     # a column: its d(logits) entries, and an fp32 weight row's hi + lo halves
     column_bytes = block_rows * elem + (2 * hidden_size * elem if split_w else 0)
     width_max = _vocab_chunk(vocab, column_bytes, cfg.block_v, budget)
-    row_pitch = triton.cdiv(width_max, 16 // elem) * (16 // elem)  # 16-byte aligned rows
+    row_pitch = cdiv(width_max, 16 // elem) * (16 // elem)  # 16-byte aligned rows
     grad_buf = torch.empty(block_rows, row_pitch, dtype=mma, device=dev)
     dh_acc = None if dh_dtype == torch.float32 else torch.empty(block_rows, hidden_size,
                                                                 dtype=torch.float32, device=dev)
@@ -243,14 +243,14 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             dh_acc if rows == block_rows else dh_acc[:rows]
         # the block, or an fp32 block's (hi, lo)
         h_hi, h_lo = split_hi_lo_into(h_blk, h_halves) if split_h else (h_blk, h_blk)
-        num_m = triton.cdiv(rows, cfg.block_m)
+        num_m = cdiv(rows, cfg.block_m)
         for v0 in range(0, vocab, width_max):
             width = min(width_max, vocab - v0)
             w_chunk = weight if width == vocab else weight[v0:v0 + width]
             w_hi, w_lo = split_hi_lo_into(w_chunk, w_halves) if split_w else (w_chunk, w_chunk)
             grad = grad_buf[:rows, :width]
             chunk_tma = tma and tma_aligned(w_hi) and tma_aligned(h_hi)
-            num_tiles = num_m * triton.cdiv(width, cfg.block_v)
+            num_tiles = num_m * cdiv(width, cfg.block_v)
             progs = min(num_tiles, sm_count(dev)) if cfg.persistent else num_tiles
             h_src = tile_source(h_hi, [cfg.block_m, cfg.block_k], chunk_tma)
             w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], chunk_tma)

@@ -49,7 +49,7 @@ from . import autotune_configs
 from ._online_stats import empty_stats, fold_max, label_logit, pad_tile, store_stats, work_item
 from ._tiles import mma_step, round_logits
 from .autotune_configs import KernelConfig
-from .launch import (check_device, default_tma, dot_precision, interpreting, inv_t_args,
+from .launch import (cdiv, check_device, default_tma, dot_precision, interpreting, inv_t_args,
                      lo_operand, logits_rounding, mma_dtype, rowmajor, sm_count, tile_source,
                      upcast_dot)
 from .merge_splits import merge_splits
@@ -156,7 +156,7 @@ def invariant_chunk_tiles(num_v: int, num_sms: int, cfg: KernelConfig) -> int:
     (autotune_configs.INVARIANT_SPLIT_TOKENS), so V and the GPU fix it, never N. The top-k
     kernel folds its statistics in chunks of this many tiles (topk_forward.py)."""
     ref = autotune_configs.INVARIANT_SPLIT_TOKENS
-    return choose_splits(triton.cdiv(ref, cfg.block_m), num_v, ref, num_sms, cfg.group_m)[1]
+    return choose_splits(cdiv(ref, cfg.block_m), num_v, ref, num_sms, cfg.group_m)[1]
 
 
 def forward_splits(n_tokens: int, num_v: int, num_sms: int, cfg: KernelConfig):
@@ -168,11 +168,11 @@ def forward_splits(n_tokens: int, num_v: int, num_sms: int, cfg: KernelConfig):
     instead (rows never interact). Otherwise: chosen for N (one launch).
     """
     if not batch_invariance.enabled():
-        splits, per_split = choose_splits(triton.cdiv(n_tokens, cfg.block_m), num_v, n_tokens,
+        splits, per_split = choose_splits(cdiv(n_tokens, cfg.block_m), num_v, n_tokens,
                                           num_sms, cfg.group_m)
         return splits, per_split, n_tokens
     per_split = invariant_chunk_tiles(num_v, num_sms, cfg)
-    splits = triton.cdiv(num_v, per_split)
+    splits = cdiv(num_v, per_split)
     rows = autotune_configs.PARTIAL_STATS_BUDGET_BYTES // (16 * splits)
     rows = max(cfg.block_m, rows // cfg.block_m * cfg.block_m)
     return splits, per_split, min(rows, n_tokens)
@@ -208,7 +208,7 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
     stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=hidden.device)  # all written
     chunk = split_rows(vocab, hidden_size, cfg.block_v)
     per_chunk = stats[None] if chunk == vocab else torch.empty(
-        triton.cdiv(vocab, chunk), n_tokens, 4, dtype=torch.float32, device=hidden.device)
+        cdiv(vocab, chunk), n_tokens, 4, dtype=torch.float32, device=hidden.device)
     w_halves = torch.empty(2, chunk, hidden_size, dtype=mma, device=hidden.device)
     for c, v0 in enumerate(range(0, vocab, chunk)):
         w_parts = split_hi_lo_into(weight[v0:v0 + chunk], w_halves)
@@ -236,7 +236,7 @@ class _Launch:
         cfg, tma, lo, mma = self.cfg, self.tma, self.lo, self.mma
         n_tokens, hidden_size = hidden.shape
         vocab = w_parts[0].shape[0]
-        num_v = triton.cdiv(vocab, cfg.block_v)
+        num_v = cdiv(vocab, cfg.block_v)
         splits, per_split, block_rows = forward_splits(n_tokens, num_v, sm_count(hidden.device),
                                                        cfg)
         h_halves = None
@@ -266,7 +266,7 @@ class _Launch:
             inv_t_rows = self.inv_t_rows
             if inv_t_rows is not None and not one_block:
                 inv_t_rows = inv_t_rows[r0:r0 + rows]
-            forward_stats_kernel[(triton.cdiv(rows, cfg.block_m) * splits,)](
+            forward_stats_kernel[(cdiv(rows, cfg.block_m) * splits,)](
                 h_src, h_lo_src, w_src, w_lo_src,
                 out if labels is None else labels if one_block else labels[r0:r0 + rows],
                 out, out if inv_t_rows is None else inv_t_rows,

@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import cdiv, next_power_of_2
+
 from ..topk_merge import PAD_ID
 
 # Candidates a program holds: rows per program = this // the candidates a row has (>= 1).
@@ -68,9 +70,9 @@ def merge_topk(part_v: torch.Tensor, part_i: torch.Tensor, vocab: int):
     splits, n_rows, k = part_v.shape
     values = torch.empty(n_rows, k, dtype=torch.float32, device=part_v.device)
     ids = torch.empty(n_rows, k, dtype=torch.int64, device=part_v.device)
-    width = triton.next_power_of_2(splits * k)
+    width = next_power_of_2(splits * k)
     block_r = max(1, min(64, MERGE_TOPK_ELEMENTS // width))
-    merge_topk_kernel[(triton.cdiv(n_rows, block_r),)](
+    merge_topk_kernel[(cdiv(n_rows, block_r),)](
         part_v, part_i, values, ids, n_rows, vocab, k, splits,
         BLOCK_R=block_r, WIDTH=width, PAD=PAD_ID, num_warps=4 if width <= 1024 else 8)
     return values, ids

@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import next_power_of_2
+
 
 @triton.jit
 def add_sparse_grad_kernel(g_ptr, stride_g, ids_ptr, vals_ptr, inv_t_ptr, scale_ptr, K, v0,
@@ -52,5 +54,5 @@ def add_sparse_grad(grad: torch.Tensor, ids: torch.Tensor, vals: torch.Tensor, v
     k = ids.shape[1]
     add_sparse_grad_kernel[(grad.shape[0],)](
         grad, grad.stride(0), ids, vals, vals if inv_t_rows is None else inv_t_rows,
-        vals if scale is None else scale, k, v0, width, inv_t, KP=triton.next_power_of_2(k),
+        vals if scale is None else scale, k, v0, width, inv_t, KP=next_power_of_2(k),
         ROW_INV_T=inv_t_rows is not None, HAS_SCALE=scale is not None)

@@ -51,9 +51,9 @@ from . import autotune_configs
 from ._online_stats import empty_stats, fold_max, label_logit, pad_tile, store_stats, work_item
 from ._tiles import mma_step, round_logits
 from .autotune_configs import KernelConfig
-from .launch import (check_device, default_tma, dot_precision, interpreting, inv_t_args,
-                     lo_operand, logits_rounding, mma_dtype, rowmajor, sm_count, tile_source,
-                     upcast_dot)
+from .launch import (cdiv, check_device, default_tma, dot_precision, interpreting, inv_t_args,
+                     lo_operand, logits_rounding, mma_dtype, next_power_of_2, rowmajor,
+                     sm_count, tile_source, upcast_dot)
 from .. import batch_invariance
 from .logprob_forward import invariant_chunk_tiles
 from .merge_splits import merge_splits
@@ -229,7 +229,7 @@ def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int, unit: int
     # each split count's tiles per split, rounded up to the unit: [(splits, per_split)]
     layouts = {}
     for s in range(1, cap + 1):
-        per_split = triton.cdiv(triton.cdiv(num_v, s), unit) * unit
+        per_split = cdiv(cdiv(num_v, s), unit) * unit
         layouts.setdefault(math.ceil(num_v / per_split), per_split)
 
     def span(splits: int) -> int:
@@ -327,7 +327,7 @@ def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None) -> tuple[int, in
     bytes a chunk under batch invariance, else 16 a split) and its top-k list (8 k)."""
     if chunk_tiles is None:
         return 0, 16 + 8 * k
-    return 16 * triton.cdiv(num_v, chunk_tiles), 8 * k
+    return 16 * cdiv(num_v, chunk_tiles), 8 * k
 
 
 def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
@@ -344,7 +344,7 @@ def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     launch's chunks unmerged (topk_stats).
     """
     n_tokens = h_parts[0].shape[0]
-    num_v = triton.cdiv(w_parts[0].shape[0], cfg.block_v)
+    num_v = cdiv(w_parts[0].shape[0], cfg.block_v)
     num_sms = sm_count(h_parts[0].device)
     chunk_tiles = invariant_chunk_tiles(num_v, num_sms, cfg) if batch_invariance.enabled() \
         else None
@@ -372,17 +372,17 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     n_tokens, hidden_size = h_hi.shape
     vocab = w_hi.shape[0]
     dev = h_hi.device
-    num_m = triton.cdiv(n_tokens, cfg.block_m)
-    num_v = triton.cdiv(vocab, cfg.block_v)
+    num_m = cdiv(n_tokens, cfg.block_m)
+    num_v = cdiv(vocab, cfg.block_v)
     unit = chunk_tiles or 1
     if splits is None:
         splits, per_split = _splits(num_m, num_v, n_tokens, k, sm_count(dev), unit,
                                     *_partial_bytes(num_v, k, chunk_tiles))
     else:  # tools: a given split count (fewer where the vocab tiles run out)
-        per_split = triton.cdiv(triton.cdiv(num_v, max(1, min(splits, num_v))), unit) * unit
+        per_split = cdiv(cdiv(num_v, max(1, min(splits, num_v))), unit) * unit
         splits = math.ceil(num_v / per_split)
     chunk_tiles = chunk_tiles or per_split
-    chunks = triton.cdiv(num_v, chunk_tiles)
+    chunks = cdiv(num_v, chunk_tiles)
     stats = None if chunks > 1 and not merged else \
         torch.empty(n_tokens, 4, dtype=torch.float32, device=dev)
     part = stats if chunks == 1 else torch.empty(chunks, n_tokens, 4, dtype=torch.float32,
@@ -400,7 +400,7 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
         n_tokens, vocab, hidden_size, k, h_hi.stride(0), w_hi.stride(0), inv_t,
         splits, per_split, chunk_tiles, cfg.group_m,
         BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
-        KP=triton.next_power_of_2(k), WITH_ENTROPY=with_entropy, USE_TMA=tma,
+        KP=next_power_of_2(k), WITH_ENTROPY=with_entropy, USE_TMA=tma,
         DOT_PRECISION=dot_precision(mma), UPCAST_DOT=upcast_dot(mma),
         ROW_INV_T=inv_t_rows is not None, OPAQUE_COLUMNS=not interpreting(),
         LOGITS_DTYPE=rounding, LO=lo, HAS_LABELS=labels is not None,
