@@ -20,7 +20,10 @@
 #                       (TESTS=0 skips; ~6 min on a fresh machine), `bench distill --sync`
 #                       (DISTILL=0 skips; ~4 min), `bench op --sync` of gemm and ours (OP=1
 #                       runs it); both protocols (ROUNDS). Tests and benchmark together pass
-#                       one call's 10 minutes: run them as two calls
+#                       one call's 10 minutes: run them as two calls. BASE=DIR (holding
+#                       megatron_overlay_base, another commit's package): both benchmarks
+#                       with --baseline, base beside ours in one process (host times
+#                       compare only so)
 #   smoke WHEELS        every GPU subcommand of `python -m tools.bench`, tiny, one GPU (~3 min)
 # WHEELS holds upstream's megatron_core-<release>-*.whl; PEER_WHEELS the peers' wheels
 # (docs/BENCHMARKS.md says how they are made).
@@ -156,9 +159,10 @@ distill)
     tests/ops/test_batch_invariance_gpu.py tests/ops/test_cuda_graphs.py \
     tests/ops/test_triton_gpu.py 2>&1 | tee "$OUT/pytest.txt" | tail -15
   [ "${DISTILL:-1}" = 0 ] || bench distill --sync --rounds ${ROUNDS:-5} \
-    --out "$OUT/distill" 2>&1 | grep -E "k=|gemm|done" | tail -60
-  [ "${OP:-0}" = 0 ] || bench op --sync --methods gemm,ours --rounds ${ROUNDS:-5} \
-    --no-grad-check --out "$OUT/op" 2>&1 | tail -12
+    ${BASE:+--baseline "$BASE"} --out "$OUT/distill" 2>&1 | grep -E "k=|gemm|done" | tail -60
+  [ "${OP:-0}" = 0 ] || bench op --sync --methods gemm,${BASE:+base,}ours \
+    --rounds ${ROUNDS:-5} ${BASE:+--baseline "$BASE"} --no-grad-check --out "$OUT/op" 2>&1 |
+    tail -12
   ;;
 smoke)
   install_upstream 0.19.2 "$1" /tmp/site || exit 1
