@@ -24,7 +24,6 @@ import triton
 import triton.language as tl
 
 from .launch import cdiv
-
 from .merge_splits import fold_parts
 
 FINALIZE_BLOCK = 256  # token rows per program

@@ -204,7 +204,8 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
     launch = _Launch(cfg, use_tma, lo, mma, rounding, bool(with_entropy),
                      inv_t_args(inv_temperature))
     if lo != 2:
-        return launch.rows(hidden, (weight, weight), labels, merged)
+        stats = launch.rows(hidden, (weight, weight), labels, merged)
+        return stats if merged or stats.dim() == 3 else stats[None]
     stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=hidden.device)  # all written
     chunk = split_rows(vocab, hidden_size, cfg.block_v)
     per_chunk = stats[None] if chunk == vocab else torch.empty(
@@ -230,9 +231,9 @@ class _Launch:
     def rows(self, hidden, w_parts, labels, merged, stats=None):
         """The statistics of the vocab range whose weight is ``w_parts`` (the weight twice,
         or an fp32 weight's hi and lo), over the tokens in row blocks (their splits merged):
-        in ``stats`` [N, 4] (allocated when None) and returned; unless not ``merged`` and
-        one launch takes every row: its [splits, N, 4] (the merge not launched), or
-        [1, N, 4]."""
+        in ``stats`` [N, 4] (allocated when None) and returned; unless not ``merged``, one
+        launch takes every row and it has several splits: then its [splits, N, 4], the
+        merge not launched."""
         cfg, tma, lo, mma = self.cfg, self.tma, self.lo, self.mma
         n_tokens, hidden_size = hidden.shape
         vocab = w_parts[0].shape[0]
@@ -244,10 +245,10 @@ class _Launch:
             block_rows = min(block_rows, split_rows(n_tokens, hidden_size, cfg.block_m))
             h_halves = torch.empty(2, block_rows, hidden_size, dtype=mma, device=hidden.device)
         one_block = block_rows >= n_tokens  # no slicing: each view costs host time
-        unmerged = not merged and one_block
         part = None if splits == 1 else torch.empty(splits, block_rows, 4, dtype=torch.float32,
                                                     device=hidden.device)
-        if stats is None and not (unmerged and part is not None):
+        unmerged = not merged and one_block and part is not None
+        if stats is None and not unmerged:
             stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=hidden.device)
         w_src = tile_source(w_parts[0], [cfg.block_v, cfg.block_k], tma)
         w_lo_src = tile_source(w_parts[1], [cfg.block_v, cfg.block_k], tma) if lo == 2 else w_src
@@ -283,6 +284,4 @@ class _Launch:
             if part is not None and not unmerged:
                 merge_splits(out, stats if one_block else stats[r0:r0 + rows],
                              self.with_entropy)
-        if unmerged:
-            return stats[None] if part is None else part
-        return stats if merged else stats[None]
+        return part if unmerged else stats

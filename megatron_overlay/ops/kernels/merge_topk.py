@@ -17,9 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import cdiv, next_power_of_2
-
 from ..topk_merge import PAD_ID
+from .launch import cdiv, next_power_of_2
 
 # Candidates a program holds: rows per program = this // the candidates a row has (>= 1).
 MERGE_TOPK_ELEMENTS = 4096
