@@ -28,7 +28,7 @@ CASES = ([f"topk-{n}x{h}x{v}-k{k}-{d}" for n, h, v, k in TOPK_SHAPES for d in DT
          + [f"gather-{d}" for d in DTYPES]
          + [f"op-{d}" for d in DTYPES] + [f"invariant-{d}" for d in DTYPES]
          + ["mergetopk-float32"] + [f"checkids-{d}" for d in ("int64", "int32")]
-         + [f"unmerged-{d}" for d in DTYPES]
+         + [f"unmerged-{d}" for d in DTYPES] + [f"clustered-{d}" for d in DTYPES]
          + [f"modes-{m}" for m in ("bf16logits", "fp32hidden", "fp32weight")])
 # The precision modes (issue 18): (hidden dtype, weight dtype, logits_dtype)
 MODES = {"bf16logits": ("bfloat16", "bfloat16", "bfloat16"),
@@ -136,6 +136,31 @@ def _worker() -> int:
                 report[case] = {"stats_err": (got - ref).abs().max().item(), "values_err": 0.0,
                                 "ids_equal": True, "dh_err": rel(dh, rdh),
                                 "dw_err": rel(dw, rdw), "dtype": str(dtype)[6:]}
+            elif kind == "clustered":  # the rescan: a row's top k in few candidate tiles
+                # (interpreter tile: 32 columns) one tile's logits scaled up, so that most of
+                # the top k lie in it; two more tiles the same as it (equal maxima: the
+                # lower tile is kept), and a row of equal logits (every tile ties)
+                hidden, weight, labels, inv_t = inputs(19, 16, 200, dtype, seed=17)
+                hidden = ((hidden.float() * 4).round() / 4).to(dtype)
+                weight = ((weight.float() * 8).round() / 8)
+                weight[32:64] *= 4
+                weight[96:128] = weight[32:64]
+                weight[160:192] = weight[32:64]
+                weight = weight.to(dtype)
+                hidden[7] = 0
+                res = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
+                       "dtype": str(dtype)[6:]}
+                for k in (1, 5, 12, 40):
+                    for temperature in (inv_t, 1 / 0.7):
+                        ref = torch_topk.topk_stats(hidden, weight, labels, temperature, True, k)
+                        got = triton_topk.topk_stats(hidden, weight, labels, temperature, True,
+                                                     k, splits=3)
+                        res["stats_err"] = max(res["stats_err"],
+                                               (got[0] - ref[0]).abs().max().item())
+                        res["values_err"] = max(res["values_err"],
+                                                (got[1] - ref[1]).abs().max().item())
+                        res["ids_equal"] &= torch.equal(got[2], ref[2])
+                report[case] = res
             elif kind == "unmerged":  # forward stages' merged=False: finalize's outputs alike
                 hidden, weight, labels, inv_t = inputs(33, 32, 130, dtype, seed=13)
                 same, parts = True, []

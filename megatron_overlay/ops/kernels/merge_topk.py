@@ -1,4 +1,7 @@
-"""Merge the top-k kernel's per-split lists [S, N, k] into each row's ordered top-k [N, k].
+"""Merge per-split candidate lists [S, N, W] into each row's ordered best k [N, k] (k <= S W).
+
+The top-k forward merges twice: its splits' lists of candidate vocab tiles (W = k), and
+the rescan's candidates ([1, N, k (k + 1) / 2], topk_rescan.py).
 
 One launch in place of topk_merge.order_candidates' sorts (about twenty small launches of
 host work a call). Each candidate becomes one int64 key that orders as the contract does:
@@ -39,13 +42,13 @@ def _value(key32):
 
 
 @triton.jit
-def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, K, num_splits,
+def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, W, K, num_splits,
                       BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, PAD: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     w = tl.arange(0, WIDTH)
-    split, slot = w // K, w % K
+    split, slot = w // W, w % W
     live = (rows[:, None] < N) & (split[None, :] < num_splits)
-    src = (split[None, :].to(tl.int64) * N + rows[:, None]) * K + slot[None, :]
+    src = (split[None, :].to(tl.int64) * N + rows[:, None]) * W + slot[None, :]
     values = tl.load(part_v_ptr + src, mask=live, other=float("-inf"))
     ids = tl.load(part_i_ptr + src, mask=live, other=0)
     nan_row = tl.max((values != values).to(tl.int32), axis=1) > 0
@@ -63,15 +66,17 @@ def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, K, num
         keys = tl.where(keys == best[:, None], -9223372036854775807 - 1, keys)
 
 
-def merge_topk(part_v: torch.Tensor, part_i: torch.Tensor, vocab: int):
-    """([N, k] fp32 values, int64 ids) of [S, N, k] per-split lists (int32 ids; >= vocab:
-    unfilled), in the contract's order: descending value, ties to the lower id."""
-    splits, n_rows, k = part_v.shape
+def merge_topk(part_v: torch.Tensor, part_i: torch.Tensor, vocab: int, k: int | None = None):
+    """([N, k] fp32 values, int64 ids) of [S, N, W] per-split lists (int32 ids; >= vocab:
+    unfilled), in the contract's order: descending value, ties to the lower id; k: W unless
+    given."""
+    splits, n_rows, width_split = part_v.shape
+    k = width_split if k is None else k
     values = torch.empty(n_rows, k, dtype=torch.float32, device=part_v.device)
     ids = torch.empty(n_rows, k, dtype=torch.int64, device=part_v.device)
-    width = next_power_of_2(splits * k)
+    width = next_power_of_2(splits * width_split)
     block_r = max(1, min(64, MERGE_TOPK_ELEMENTS // width))
     merge_topk_kernel[(cdiv(n_rows, block_r),)](
-        part_v, part_i, values, ids, n_rows, vocab, k, splits,
+        part_v, part_i, values, ids, n_rows, vocab, width_split, k, splits,
         BLOCK_R=block_r, WIDTH=width, PAD=PAD_ID, num_warps=4 if width <= 1024 else 8)
     return values, ids

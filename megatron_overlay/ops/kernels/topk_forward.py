@@ -1,40 +1,32 @@
-"""Top-k forward: the log-prob forward statistics plus a running top-k, in one pass.
+"""Top-k forward: the log-prob forward statistics plus each row's k best vocab tiles, in one pass.
 
 The same work items as logprob_forward.py (a tile of BLOCK_M tokens x a range of vocab
 tiles), on the same 128 x 256 tile: each logits tile is folded into the four statistics
-(``_online_stats.fold_max``, shared) and then offered to a per-row top-k kept in
-registers, [BLOCK_M, KP] values and ids (KP: k rounded up to a power of two; slots >= k
-hold +inf and are never evicted or stored).
+(``_online_stats.fold_max``, shared) with its row maxima, and the same maxima are offered
+to a per-row list of the k tiles with the largest maxima, kept in registers ([BLOCK_M, KP]
+raw maxima and tile indices; KP: k rounded up to a power of two; slots >= k hold +inf and
+are never evicted or stored). One candidate a tile and row: no rounds over the logits,
+whatever k, so the epilogue is the log-prob forward's plus a [BLOCK_M, KP] update.
 
-The top-k works on the raw accumulator (logits before the temperature): inv_t > 0 keeps
-the order within a row, so nothing of the tile's size is materialized beside ``acc``,
-and the values are scaled by inv_t once, at the end (the same fp32 product as
-``acc * inv_t``). (Two raw logits that differ but round to the same z are selected by
-the raw logit, where the k-th place falls between them; equal raw logits go to the lower
-id. The host orders the output by z, then id.)
-
-Per tile, one fused reduction (``tl.max(..., return_indices=True)``, leftmost of equal
-maxima) gives each row's maximum and its lowest column; the statistics fold with that
-maximum first, after which the tile is the top-k's to overwrite. k = 1: the pair replaces
-the running one if strictly larger. k > 1: the maximum replaces the slot holding the
-row's current k-th value ``thr`` (the highest id among equal minima) if it beats it; only
-if some row had two or more logits above ``thr`` (one count a tile) do rounds follow:
-each round sets the logit just taken to -inf and takes each row's next (value, lowest
-column) maximum, while some row's is above the new ``thr``. Strict comparisons keep ties
-with the lower id: tiles come in ascending vocab order within a work item. Rounds per
-tile: at most k; the first tiles of a split fill the list.
+The row's top-k logits all lie in those k tiles (topk_rescan.py says why), which the
+second stage recomputes for the row and takes its top k from (``rescan_topk``). The list
+works on raw maxima (logits before the temperature): inv_t > 0 keeps the order within a
+row. Equal maxima keep the lower tile (tiles come in ascending vocab order within a work
+item; the eviction takes the highest tile among equal minima; merge_topk breaks ties to
+the lower id), and the lower tile holds the lower ids.
 
 The statistics fold and are stored per chunk of ``chunk_tiles`` vocab tiles (a split is
 a whole number of chunks): under batch invariance the chunks are the log-prob forward's
 invariant splits, so the merged statistics do not depend on this kernel's split count,
-which follows N (ops/batch_invariance.py); otherwise one chunk a split.
+which follows N (ops/batch_invariance.py); otherwise one chunk a split. The tile lists
+are maxima (exact) and the rescan's logits do not depend on N either.
 
-Each item writes its chunks' statistics to ``part`` and its (unordered) top-k to
-``part_v`` / ``part_i``; the host merges the chunks (merge_splits.py) and the splits'
-lists (merge_topk.py).
+Each item writes its chunks' statistics to ``part`` and its (unordered) tile list to
+``part_v`` / ``part_i``; the host merges the chunks (merge_splits.py), the splits' tile
+lists (merge_topk.py), then rescans (topk_rescan.py).
 
 Launch (below the kernels): ``topk_stats``, the top-k stage contract (ops/stages.py): the
-split count, the statistics' merge (merge_splits.py) and the top-k lists' merge.
+split count, the statistics' merge (merge_splits.py), the tile lists' merge and the rescan.
 """
 
 from __future__ import annotations
@@ -58,59 +50,27 @@ from .. import batch_invariance
 from .logprob_forward import invariant_chunk_tiles
 from .merge_splits import merge_splits
 from .merge_topk import merge_topk
+from .topk_rescan import rescan_topk
 from .split_operand import split_hi_lo_into, split_rows
 
 
 @triton.jit
-def _take(best, col, has, thr, run_v, run_i):
-    """Put (best, col) into the slot holding ``thr`` (highest id among equal minima) of
-    the rows in ``has``; return the new lists and their new minima."""
-    at_min = run_v == thr[:, None]
-    evict = tl.max(tl.where(at_min, run_i, -1), axis=1)
-    hit = at_min & (run_i == evict[:, None]) & has[:, None]
-    run_v = tl.where(hit, best[:, None], run_v)
-    run_i = tl.where(hit, col[:, None], run_i)
-    return run_v, run_i, tl.min(run_v, axis=1)
-
-
-@triton.jit
-def _columns(BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, OPAQUE: tl.constexpr):
-    """[BLOCK_M, BLOCK_V] column positions 0..BLOCK_V-1. ``OPAQUE`` (compiled kernels):
-    through an inline-asm copy the compiler cannot hoist, so the positions are rebuilt in
-    each round instead of held in ~64 registers across the whole vocab loop beside the
-    accumulator (which made ptxas spill: 268 -> 16 bytes at k = 8). The interpreter runs
-    no inline asm."""
-    idx = tl.arange(0, BLOCK_V)[None, :] + tl.zeros([BLOCK_M, BLOCK_V], tl.int32)
-    if OPAQUE:
-        idx = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [idx], dtype=tl.int32,
-                                        is_pure=False, pack=1)
-    return idx
-
-
-@triton.jit
-def _offer_tile(acc, acc_max, arg_max, v0, run_v, run_i, BLOCK_M: tl.constexpr,
-                BLOCK_V: tl.constexpr, KP: tl.constexpr, OPAQUE: tl.constexpr):
-    """Offer one padded raw tile to the running top-k (see the module docstring). The
-    tile is the kernel's to overwrite: the statistics have been folded."""
-    best = acc_max
-    pos = arg_max
+def _offer_tile(acc_max, tile, run_v, run_i, KP: tl.constexpr):
+    """Offer the tile (its raw row maxima ``acc_max``, index ``tile``) to each row's list
+    of its k best tiles: it replaces the slot holding the list's minimum (the highest
+    tile among equal minima) where it beats it. Tiles come in ascending order, so equal
+    maxima keep the lower tile."""
     if KP == 1:
-        better = (best > tl.max(run_v, axis=1))[:, None]
-        run_v = tl.where(better, best[:, None], run_v)
-        run_i = tl.where(better, (v0 + pos)[:, None], run_i)
+        better = (acc_max > tl.max(run_v, axis=1))[:, None]
+        run_v = tl.where(better, acc_max[:, None], run_v)
+        run_i = tl.where(better, tile, run_i)
     else:
         thr = tl.min(run_v, axis=1)
-        has = best > thr
-        more = tl.max(tl.sum((acc > thr[:, None]).to(tl.int32), axis=1), axis=0) > 1
-        run_v, run_i, thr = _take(best, v0 + pos, has, thr, run_v, run_i)
-        while more:
-            idx = _columns(BLOCK_M, BLOCK_V, OPAQUE)
-            acc = tl.where(idx == pos[:, None], float("-inf"), acc)
-            best, pos = tl.max(acc, axis=1, return_indices=True,
-                               return_indices_tie_break_left=True)
-            has = best > thr
-            run_v, run_i, thr = _take(best, v0 + pos, has, thr, run_v, run_i)
-            more = tl.max(has.to(tl.int32), axis=0) > 0
+        at_min = run_v == thr[:, None]
+        evict = tl.max(tl.where(at_min, run_i, -1), axis=1)
+        hit = at_min & (run_i == evict[:, None]) & (acc_max > thr)[:, None]
+        run_v = tl.where(hit, acc_max[:, None], run_v)
+        run_i = tl.where(hit, tile, run_i)
     return run_v, run_i
 
 
@@ -121,21 +81,22 @@ def topk_stats_kernel(
     num_splits, tiles_per_split, chunk_tiles, group_m,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KP: tl.constexpr,
     WITH_ENTROPY: tl.constexpr, USE_TMA: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    UPCAST_DOT: tl.constexpr, ROW_INV_T: tl.constexpr, OPAQUE_COLUMNS: tl.constexpr,
-    LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr, HAS_LABELS: tl.constexpr,
+    UPCAST_DOT: tl.constexpr, ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr,
+    LO: tl.constexpr, HAS_LABELS: tl.constexpr,
 ):
     """``LO`` and ``LOGITS_DTYPE`` as logprob_forward's kernel: the raw tile is rounded
-    before the statistics and the top-k see it."""
+    before the statistics and the tile lists see it."""
     split, m0, rows, labels, inv_t, inv_t_col, v_begin, v_end = work_item(
         labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, group_m,
         BLOCK_M, BLOCK_V, ROW_INV_T, HAS_LABELS)
     k_tiles = tl.cdiv(H, BLOCK_K)
     m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
+    num_t = tl.cdiv(V, BLOCK_V)
     slots = tl.arange(0, KP)
-    # slots >= K: +inf, never the minimum; placeholder ids >= V mark unfilled slots
+    # slots >= K: +inf, never the minimum; placeholder tiles >= num_t mark unfilled slots
     run_v = tl.where(slots[None, :] < K, float("-inf"), float("inf")) \
         + tl.zeros([BLOCK_M, KP], tl.float32)
-    run_i = (V + slots[None, :]) + tl.zeros([BLOCK_M, KP], tl.int32)
+    run_i = (num_t + slots[None, :]) + tl.zeros([BLOCK_M, KP], tl.int32)
 
     # the statistics fold chunk by chunk (ops/batch_invariance.py), each stored at its end
     for c0 in range(v_begin, v_end, chunk_tiles):
@@ -150,18 +111,17 @@ def topk_stats_kernel(
             if HAS_LABELS:
                 zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
             acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
-            acc_max, arg_max = tl.max(acc, axis=1, return_indices=True,
-                                      return_indices_tie_break_left=True)
+            acc_max = tl.max(acc, axis=1)
             m_i, s_i, t_i = fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i,
                                      WITH_ENTROPY)
-            run_v, run_i = _offer_tile(acc, acc_max, arg_max, v0, run_v, run_i, BLOCK_M,
-                                       BLOCK_V, KP, OPAQUE_COLUMNS)
+            run_v, run_i = _offer_tile(acc_max, vt, run_v, run_i, KP)
         store_stats(part_ptr, c0 // chunk_tiles, rows, N, m_i, s_i, t_i, zl_i)
         m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
 
     keep = rows < N
-    # raw -> z; padded columns (ids >= V: a split with fewer than k real columns) -> -inf
-    run_v = tl.where(run_i < V, run_v * inv_t_col, float("-inf"))
+    # raw maxima (the rescan compares raw logits); unfilled slots (a split with fewer than
+    # k tiles) -> -inf
+    run_v = tl.where(run_i < num_t, run_v, float("-inf"))
     top = (split.to(tl.int64) * N + rows[:, None]) * K + slots[None, :]
     top_mask = keep[:, None] & (slots[None, :] < K)
     tl.store(part_v_ptr + top, run_v, mask=top_mask)
@@ -402,20 +362,23 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
         BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
         KP=next_power_of_2(k), WITH_ENTROPY=with_entropy, USE_TMA=tma,
         DOT_PRECISION=dot_precision(mma), UPCAST_DOT=upcast_dot(mma),
-        ROW_INV_T=inv_t_rows is not None, OPAQUE_COLUMNS=not interpreting(),
-        LOGITS_DTYPE=rounding, LO=lo, HAS_LABELS=labels is not None,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        ROW_INV_T=inv_t_rows is not None, LOGITS_DTYPE=rounding, LO=lo,
+        HAS_LABELS=labels is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if stats is None:  # unmerged: the chunks, which finalize folds
         stats = part
     elif chunks > 1:
         merge_splits(part, stats, with_entropy)
+    # each row's k best tiles over the splits, then its top k within them
     if splits * k <= MERGE_TOPK_MAX_CANDIDATES:  # one launch (merge_topk.py)
-        return (stats, *merge_topk(part_v, part_i, vocab))
+        tile_v, tile_i = merge_topk(part_v, part_i, num_v)
+    else:
+        def candidates(rows):  # the splits' lists of these rows side by side
+            cand_i = part_i[:, rows].permute(1, 0, 2).reshape(-1, splits * k).long()
+            cand_i = torch.where(cand_i >= num_v, PAD_ID, cand_i)  # unfilled slots
+            return part_v[:, rows].permute(1, 0, 2).reshape(-1, splits * k), cand_i
 
-    def candidates(rows):  # the splits' lists of these rows side by side
-        cand_i = part_i[:, rows].permute(1, 0, 2).reshape(-1, splits * k).long()
-        cand_i = torch.where(cand_i >= vocab, PAD_ID, cand_i)  # unfilled slots
-        return part_v[:, rows].permute(1, 0, 2).reshape(-1, splits * k), cand_i
-
-    return (stats, *_best_k(n_tokens, k, splits * k, candidates, dev))
+        tile_v, tile_i = _best_k(n_tokens, k, splits * k, candidates, dev)
+    del part_v, part_i
+    return (stats, *rescan_topk(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma,
+                                lo, mma, rounding))

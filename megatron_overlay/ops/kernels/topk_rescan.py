@@ -1,0 +1,159 @@
+"""Top-k, second stage: recompute each row's candidate vocab tiles and take its top k there.
+
+The forward kernel (topk_forward.py) keeps, per row, the k vocab tiles with the largest
+maxima (one candidate a tile: no rounds over the logits). Each of the row's top-k logits
+lies in one of them: the k-th largest tile maximum ``thr`` is a logit, so the row's k-th
+largest logit is >= thr, and a tile whose maximum is below thr holds nothing >= thr (of
+tiles tied at thr, those with the lower ids are kept, which hold the lower ids).
+
+Here the (row, candidate tile) pairs, sorted by tile on the host (``torch.sort``), are
+recomputed BLOCK_R at a time: a program takes BLOCK_R consecutive pairs, and for each
+tile among them one MMA of the pairs' gathered hidden rows against the tile's weight rows
+(pairs of other tiles masked), then takes each row's logits >= thr, largest first (ties
+to the lower column), as many as the pair can contribute: the row's j-th best tile
+(0-based) has j better tiles ahead of it, each holding a logit above all of its own, so
+k - j at most. Pair j's slots are at j k - j (j - 1) / 2 of the row's k (k + 1) / 2
+candidates; unused slots hold (-inf, V). merge_topk orders them into the row's top k.
+
+The logits are the forward kernel's, bit for bit where the MMA instruction and K order
+are the same (the 16-bit tile: both m64n256k16 steps over the same BLOCK_K), and do not
+depend on which rows share a program (the MMA's rows are independent), so the values are
+batch invariant as the forward's statistics are.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._tiles import dot_nt, load_tile, round_logits
+from .launch import (cdiv, dot_precision, interpreting, inv_t_args, next_power_of_2,
+                     tile_source, upcast_dot)
+from .merge_topk import merge_topk
+
+# Pairs a program: the MMA's rows (wgmma's M). Fixed, whatever N: the values must not
+# depend on the batch. The interpreter: fewer.
+RESCAN_ROWS = 64
+RESCAN_ROWS_INTERPRETED = 16
+# The rescan's memory a launch (its candidates, 8 bytes each, k (k + 1) / 2 a row; the
+# sort's keys, order and temporaries, ~48 bytes a pair): row blocks past it.
+RESCAN_BUDGET_BYTES = 24 << 20
+
+
+@triton.jit
+def _gather_rows(h_ptr, rows, k0, H, stride_h, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    cols = k0 + tl.arange(0, BLOCK_K)
+    ptrs = h_ptr + rows[:, None].to(tl.int64) * stride_h + cols[None, :]
+    return tl.load(ptrs, mask=cols[None, :] < H, other=0.0)
+
+
+@triton.jit
+def rescan_kernel(
+    h_ptr, h_lo_ptr, w_src, w_lo_src, tiles_ptr, pairs_ptr, tile_v_ptr, inv_t_ptr,
+    out_v_ptr, out_i_ptr, V, H, K, P, stride_h, stride_w, inv_t,
+    BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KP: tl.constexpr,
+    USE_TMA: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr,
+):
+    """``tiles_ptr`` [P] int64: the pairs' tiles, ascending (>= the tile count: an unfilled
+    slot); ``pairs_ptr`` [P]: each pair's row * K + place; ``tile_v_ptr`` [N, K]: the rows'
+    candidate tiles' raw maxima, descending (the last is thr). Raw logits (before the
+    temperature) are compared, and scaled by the row's inv_t when stored."""
+    pos = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    live = pos < P
+    num_t = tl.cdiv(V, BLOCK_V)
+    tiles = tl.load(tiles_ptr + pos, mask=live, other=num_t)
+    pair = tl.load(pairs_ptr + pos, mask=live, other=0)
+    row = pair // K
+    place = (pair % K).to(tl.int32)
+    valid = live & (tiles < num_t)
+    room = K - place  # slots the pair may fill
+    base = row * (K * (K + 1) // 2) + place * K - place * (place - 1) // 2
+    slots = tl.arange(0, KP)
+    thr = tl.load(tile_v_ptr + row * K + K - 1, mask=valid, other=float("inf"))
+    inv_t_row = inv_t + tl.zeros([BLOCK_R], tl.float32)
+    if ROW_INV_T:
+        inv_t_row = tl.load(inv_t_ptr + row, mask=live, other=1.0)
+    # pairs without a tile (fewer than K tiles in the vocab): unused slots only
+    blank = (live & ~valid)[:, None] & (slots[None, :] < room[:, None])
+    tl.store(out_v_ptr + base[:, None] + slots[None, :], float("-inf"), mask=blank)
+    tl.store(out_i_ptr + base[:, None] + slots[None, :], V, mask=blank)
+    col = tl.arange(0, BLOCK_V)
+    big = num_t + 1
+    tile = tl.min(tl.where(valid, tiles, big))
+    while tile < num_t:
+        here = valid & (tiles == tile)
+        v0 = (tile * BLOCK_V).to(tl.int32)
+        acc = tl.zeros((BLOCK_R, BLOCK_V), tl.float32)
+        for k0 in range(0, H, BLOCK_K):
+            b = load_tile(w_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
+            a = _gather_rows(h_ptr, row, k0, H, stride_h, BLOCK_R, BLOCK_K)
+            if LO == 1:
+                a_lo = _gather_rows(h_lo_ptr, row, k0, H, stride_h, BLOCK_R, BLOCK_K)
+                acc = dot_nt(a_lo, b, acc, DOT_PRECISION, UPCAST_DOT)
+            elif LO == 2:
+                b_lo = load_tile(w_lo_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
+                acc = dot_nt(a, b_lo, acc, DOT_PRECISION, UPCAST_DOT)
+            acc = dot_nt(a, b, acc, DOT_PRECISION, UPCAST_DOT)
+        acc = round_logits(acc, LOGITS_DTYPE)
+        real = (v0 + col)[None, :] < V
+        acc = tl.where(real, acc, float("-inf"))
+        count = tl.sum(((acc >= thr[:, None]) & real).to(tl.int32), axis=1)
+        take = tl.where(here, tl.minimum(count, room), 0)
+        for r in range(0, tl.max(take, axis=0)):
+            best, at = tl.max(acc, axis=1, return_indices=True,
+                              return_indices_tie_break_left=True)
+            keep = r < take
+            tl.store(out_v_ptr + base + r, best * inv_t_row, mask=keep)
+            tl.store(out_i_ptr + base + r, v0 + at, mask=keep)
+            acc = tl.where(col[None, :] == at[:, None], float("-inf"), acc)
+        rest = here[:, None] & (slots[None, :] >= take[:, None]) & (slots[None, :] < room[:, None])
+        tl.store(out_v_ptr + base[:, None] + slots[None, :], float("-inf"), mask=rest)
+        tl.store(out_i_ptr + base[:, None] + slots[None, :], V, mask=rest)
+        tile = tl.min(tl.where(valid & (tiles > tile), tiles, big))
+
+
+def rescan_topk(h_parts, w_parts, tile_v: torch.Tensor, tile_i: torch.Tensor,
+                inv_temperature, cfg, tma: bool, lo: int, mma: torch.dtype, rounding):
+    """([N, k] values, int64 ids): the rows' top k from their k candidate tiles (``tile_v``
+    raw maxima descending, ``tile_i`` tile ids, topk_merge.PAD_ID where unfilled), in row
+    blocks within RESCAN_BUDGET_BYTES. ``h_parts`` / ``w_parts``: each operand twice, or
+    an fp32 operand's hi and lo halves (``lo``: launch.lo_operand; ``mma``: launch.mma_dtype)."""
+    n_rows, k = tile_v.shape
+    width = k * (k + 1) // 2
+    block = max(1, RESCAN_BUDGET_BYTES // (8 * width + 48 * k))
+    if n_rows <= block:
+        return _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma,
+                       rounding)
+    per_row_t = isinstance(inv_temperature, torch.Tensor)
+    outs = [_rescan((h_parts[0][r0:r0 + block], h_parts[1][r0:r0 + block]), w_parts,
+                    tile_v[r0:r0 + block], tile_i[r0:r0 + block],
+                    inv_temperature[r0:r0 + block] if per_row_t else inv_temperature,
+                    cfg, tma, lo, mma, rounding)
+            for r0 in range(0, n_rows, block)]
+    return tuple(torch.cat(parts) for parts in zip(*outs))
+
+
+def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma, rounding):
+    (h_hi, h_lo), (w_hi, w_lo) = h_parts, w_parts
+    n_rows, k = tile_v.shape
+    vocab, hidden_size = w_hi.shape
+    dev = h_hi.device
+    width = k * (k + 1) // 2
+    tiles, pairs = torch.sort(tile_i.reshape(-1), stable=True)
+    cand_v = torch.empty(1, n_rows, width, dtype=torch.float32, device=dev)
+    cand_i = torch.empty(1, n_rows, width, dtype=torch.int32, device=dev)
+    rows = RESCAN_ROWS_INTERPRETED if interpreting() else RESCAN_ROWS
+    w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], tma)
+    inv_t_rows, inv_t = inv_t_args(inv_temperature)
+    rescan_kernel[(cdiv(n_rows * k, rows),)](
+        h_hi, h_lo, w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], tma) if lo == 2
+        else w_src, tiles, pairs, tile_v, tile_v if inv_t_rows is None else inv_t_rows,
+        cand_v, cand_i, vocab, hidden_size, k, n_rows * k, h_hi.stride(0), w_hi.stride(0),
+        inv_t, BLOCK_R=rows, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
+        KP=next_power_of_2(k), USE_TMA=tma, DOT_PRECISION=dot_precision(mma),
+        UPCAST_DOT=upcast_dot(mma), ROW_INV_T=inv_t_rows is not None,
+        LOGITS_DTYPE=rounding, LO=lo,
+        num_warps=4, num_stages=cfg.num_stages)
+    return merge_topk(cand_v, cand_i, vocab, k)
