@@ -150,16 +150,20 @@ def _worker() -> int:
                 hidden[7] = 0
                 res = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
                        "dtype": str(dtype)[6:]}
-                for k in (1, 5, 12, 40):
-                    for temperature in (inv_t, 1 / 0.7):
-                        ref = torch_topk.topk_stats(hidden, weight, labels, temperature, True, k)
-                        got = triton_topk.topk_stats(hidden, weight, labels, temperature, True,
-                                                     k, splits=3)
-                        res["stats_err"] = max(res["stats_err"],
-                                               (got[0] - ref[0]).abs().max().item())
-                        res["values_err"] = max(res["values_err"],
-                                                (got[1] - ref[1]).abs().max().item())
-                        res["ids_equal"] &= torch.equal(got[2], ref[2])
+                from megatron_overlay.ops.kernels import topk_rescan
+                budget = topk_rescan.RESCAN_BUDGET_BYTES
+                for k, temperature, rows in ((1, inv_t, 0), (5, inv_t, 0), (5, 1 / 0.7, 4),
+                                             (12, inv_t, 3), (12, 1 / 0.7, 0), (40, inv_t, 0)):
+                    if rows:  # the rescan in blocks of this many rows
+                        topk_rescan.RESCAN_BUDGET_BYTES = rows * (4 * k * (k + 1) + 48 * k)
+                    ref = torch_topk.topk_stats(hidden, weight, labels, temperature, True, k)
+                    got = triton_topk.topk_stats(hidden, weight, labels, temperature, True, k,
+                                                 splits=3)
+                    topk_rescan.RESCAN_BUDGET_BYTES = budget
+                    res["stats_err"] = max(res["stats_err"], (got[0] - ref[0]).abs().max().item())
+                    res["values_err"] = max(res["values_err"],
+                                            (got[1] - ref[1]).abs().max().item())
+                    res["ids_equal"] &= torch.equal(got[2], ref[2])
                 report[case] = res
             elif kind == "unmerged":  # forward stages' merged=False: finalize's outputs alike
                 hidden, weight, labels, inv_t = inputs(33, 32, 130, dtype, seed=13)

@@ -66,14 +66,16 @@ def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, W, K, 
         keys = tl.where(keys == best[:, None], -9223372036854775807 - 1, keys)
 
 
-def merge_topk(part_v: torch.Tensor, part_i: torch.Tensor, vocab: int, k: int | None = None):
+def merge_topk(part_v: torch.Tensor, part_i: torch.Tensor, vocab: int, k: int | None = None,
+               out: tuple[torch.Tensor, torch.Tensor] | None = None):
     """([N, k] fp32 values, int64 ids) of [S, N, W] per-split lists (int32 ids; >= vocab:
     unfilled), in the contract's order: descending value, ties to the lower id; k: W unless
-    given."""
+    given; ``out``: contiguous [N, k] values and ids to write them to."""
     splits, n_rows, width_split = part_v.shape
     k = width_split if k is None else k
-    values = torch.empty(n_rows, k, dtype=torch.float32, device=part_v.device)
-    ids = torch.empty(n_rows, k, dtype=torch.int64, device=part_v.device)
+    values, ids = out if out is not None else (
+        torch.empty(n_rows, k, dtype=torch.float32, device=part_v.device),
+        torch.empty(n_rows, k, dtype=torch.int64, device=part_v.device))
     width = next_power_of_2(splits * width_split)
     block_r = max(1, min(64, MERGE_TOPK_ELEMENTS // width))
     merge_topk_kernel[(cdiv(n_rows, block_r),)](

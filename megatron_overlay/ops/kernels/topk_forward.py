@@ -55,22 +55,22 @@ from .split_operand import split_hi_lo_into, split_rows
 
 
 @triton.jit
-def _offer_tile(acc_max, tile, run_v, run_i, KP: tl.constexpr):
-    """Offer the tile (its raw row maxima ``acc_max``, index ``tile``) to each row's list
-    of its k best tiles: it replaces the slot holding the list's minimum (the highest
-    tile among equal minima) where it beats it. Tiles come in ascending order, so equal
-    maxima keep the lower tile."""
+def _offer_tile(acc_max, cand, run_v, run_i, KP: tl.constexpr):
+    """Offer the tile (its raw row maxima ``acc_max``; ``cand``: its index, or for k = 1
+    each row's column of the maximum) to each row's list of its k best tiles: it replaces
+    the slot holding the list's minimum (the highest tile among equal minima) where it
+    beats it. Tiles come in ascending order, so equal maxima keep the lower tile."""
     if KP == 1:
         better = (acc_max > tl.max(run_v, axis=1))[:, None]
         run_v = tl.where(better, acc_max[:, None], run_v)
-        run_i = tl.where(better, tile, run_i)
+        run_i = tl.where(better, cand[:, None], run_i)
     else:
         thr = tl.min(run_v, axis=1)
         at_min = run_v == thr[:, None]
         evict = tl.max(tl.where(at_min, run_i, -1), axis=1)
         hit = at_min & (run_i == evict[:, None]) & (acc_max > thr)[:, None]
         run_v = tl.where(hit, acc_max[:, None], run_v)
-        run_i = tl.where(hit, tile, run_i)
+        run_i = tl.where(hit, cand, run_i)
     return run_v, run_i
 
 
@@ -91,9 +91,10 @@ def topk_stats_kernel(
         BLOCK_M, BLOCK_V, ROW_INV_T, HAS_LABELS)
     k_tiles = tl.cdiv(H, BLOCK_K)
     m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
-    num_t = tl.cdiv(V, BLOCK_V)
+    # k = 1 keeps the maximum's column (the answer) instead of the tile: no rescan
+    num_t = V if KP == 1 else tl.cdiv(V, BLOCK_V)
     slots = tl.arange(0, KP)
-    # slots >= K: +inf, never the minimum; placeholder tiles >= num_t mark unfilled slots
+    # slots >= K: +inf, never the minimum; placeholder ids >= num_t mark unfilled slots
     run_v = tl.where(slots[None, :] < K, float("-inf"), float("inf")) \
         + tl.zeros([BLOCK_M, KP], tl.float32)
     run_i = (num_t + slots[None, :]) + tl.zeros([BLOCK_M, KP], tl.int32)
@@ -111,16 +112,24 @@ def topk_stats_kernel(
             if HAS_LABELS:
                 zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
             acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
-            acc_max = tl.max(acc, axis=1)
+            if KP == 1:  # the leftmost of equal maxima: ties to the lower id
+                acc_max, cand = tl.max(acc, axis=1, return_indices=True,
+                                       return_indices_tie_break_left=True)
+                cand = v0 + cand
+            else:
+                acc_max = tl.max(acc, axis=1)
+                cand = vt
             m_i, s_i, t_i = fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i,
                                      WITH_ENTROPY)
-            run_v, run_i = _offer_tile(acc_max, vt, run_v, run_i, KP)
+            run_v, run_i = _offer_tile(acc_max, cand, run_v, run_i, KP)
         store_stats(part_ptr, c0 // chunk_tiles, rows, N, m_i, s_i, t_i, zl_i)
         m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
 
     keep = rows < N
-    # raw maxima (the rescan compares raw logits); unfilled slots (a split with fewer than
-    # k tiles) -> -inf
+    # raw maxima (the rescan compares raw logits; k = 1: z, the answer); unfilled slots
+    # (a split with fewer than k tiles) -> -inf
+    if KP == 1:
+        run_v = run_v * inv_t_col
     run_v = tl.where(run_i < num_t, run_v, float("-inf"))
     top = (split.to(tl.int64) * N + rows[:, None]) * K + slots[None, :]
     top_mask = keep[:, None] & (slots[None, :] < K)
@@ -369,6 +378,8 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
         stats = part
     elif chunks > 1:
         merge_splits(part, stats, with_entropy)
+    if k == 1:  # the kernel's lists hold the maxima's ids and z: the splits' best
+        return (stats, *merge_topk(part_v, part_i, vocab))
     # each row's k best tiles over the splits, then its top k within them
     if splits * k <= MERGE_TOPK_MAX_CANDIDATES:  # one launch (merge_topk.py)
         tile_v, tile_i = merge_topk(part_v, part_i, num_v)

@@ -32,13 +32,21 @@ from .launch import (cdiv, dot_precision, interpreting, inv_t_args, next_power_o
                      tile_source, upcast_dot)
 from .merge_topk import merge_topk
 
-# Pairs a program: the MMA's rows (wgmma's M). Fixed, whatever N: the values must not
-# depend on the batch. The interpreter: fewer.
-RESCAN_ROWS = 64
+# Pairs a program: the MMA's rows. Fixed, whatever N: the values must not depend on the
+# batch. 128 (8 warps, 3 stages) against 64 on one H200: the rescan's kernel time 1.62 /
+# 1.88 ms at 8192 tokens, k = 32, 5.87 / 6.58 ms at 32768
+# (docs/h200/distill_i20/rescan_88f7fb6/rescan_variants.txt). The interpreter: fewer.
+RESCAN_ROWS = 128
 RESCAN_ROWS_INTERPRETED = 16
+# 8 warps (4: 2.01 / 8.16 ms in the same runs).
+RESCAN_WARPS = 8
+RESCAN_STAGES = 3
 # The rescan's memory a launch (its candidates, 8 bytes each, k (k + 1) / 2 a row; the
-# sort's keys, order and temporaries, ~48 bytes a pair): row blocks past it.
-RESCAN_BUDGET_BYTES = 24 << 20
+# sort's keys, order and temporaries, ~48 bytes a pair): row blocks past it. With the
+# forward's statistics chunks (1 KiB a row under batch invariance) and the tile lists
+# alive beside it, 16 MiB keeps the op's forward within 64 MiB beyond its outputs at
+# 32768 tokens and k = 32 (the issue's target; measured: docs/BENCHMARKS.md).
+RESCAN_BUDGET_BYTES = 16 << 20
 
 
 @triton.jit
@@ -49,12 +57,26 @@ def _gather_rows(h_ptr, rows, k0, H, stride_h, BLOCK_R: tl.constexpr, BLOCK_K: t
 
 
 @triton.jit
+def _columns(BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, OPAQUE: tl.constexpr):
+    """[BLOCK_R, BLOCK_V] column positions 0..BLOCK_V-1. ``OPAQUE`` (compiled kernels):
+    through an inline-asm copy the compiler cannot hoist, so the positions are rebuilt in
+    each round instead of held in registers beside the accumulator across the loops (which
+    made ptxas spill). The interpreter runs no inline asm."""
+    idx = tl.arange(0, BLOCK_V)[None, :] + tl.zeros([BLOCK_R, BLOCK_V], tl.int32)
+    if OPAQUE:
+        idx = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [idx], dtype=tl.int32,
+                                        is_pure=False, pack=1)
+    return idx
+
+
+@triton.jit
 def rescan_kernel(
     h_ptr, h_lo_ptr, w_src, w_lo_src, tiles_ptr, pairs_ptr, tile_v_ptr, inv_t_ptr,
     out_v_ptr, out_i_ptr, V, H, K, P, stride_h, stride_w, inv_t,
     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KP: tl.constexpr,
     USE_TMA: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
     ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr,
+    OPAQUE_COLUMNS: tl.constexpr,
 ):
     """``tiles_ptr`` [P] int64: the pairs' tiles, ascending (>= the tile count: an unfilled
     slot); ``pairs_ptr`` [P]: each pair's row * K + place; ``tile_v_ptr`` [N, K]: the rows'
@@ -107,7 +129,8 @@ def rescan_kernel(
             keep = r < take
             tl.store(out_v_ptr + base + r, best * inv_t_row, mask=keep)
             tl.store(out_i_ptr + base + r, v0 + at, mask=keep)
-            acc = tl.where(col[None, :] == at[:, None], float("-inf"), acc)
+            idx = _columns(BLOCK_R, BLOCK_V, OPAQUE_COLUMNS)
+            acc = tl.where(idx == at[:, None], float("-inf"), acc)
         rest = here[:, None] & (slots[None, :] >= take[:, None]) & (slots[None, :] < room[:, None])
         tl.store(out_v_ptr + base[:, None] + slots[None, :], float("-inf"), mask=rest)
         tl.store(out_i_ptr + base[:, None] + slots[None, :], V, mask=rest)
@@ -121,21 +144,21 @@ def rescan_topk(h_parts, w_parts, tile_v: torch.Tensor, tile_i: torch.Tensor,
     blocks within RESCAN_BUDGET_BYTES. ``h_parts`` / ``w_parts``: each operand twice, or
     an fp32 operand's hi and lo halves (``lo``: launch.lo_operand; ``mma``: launch.mma_dtype)."""
     n_rows, k = tile_v.shape
-    width = k * (k + 1) // 2
-    block = max(1, RESCAN_BUDGET_BYTES // (8 * width + 48 * k))
-    if n_rows <= block:
-        return _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma,
-                       rounding)
+    dev = tile_v.device
+    values = torch.empty(n_rows, k, dtype=torch.float32, device=dev)
+    ids = torch.empty(n_rows, k, dtype=torch.int64, device=dev)
+    block = max(1, RESCAN_BUDGET_BYTES // (8 * (k * (k + 1) // 2) + 48 * k))
     per_row_t = isinstance(inv_temperature, torch.Tensor)
-    outs = [_rescan((h_parts[0][r0:r0 + block], h_parts[1][r0:r0 + block]), w_parts,
-                    tile_v[r0:r0 + block], tile_i[r0:r0 + block],
-                    inv_temperature[r0:r0 + block] if per_row_t else inv_temperature,
-                    cfg, tma, lo, mma, rounding)
-            for r0 in range(0, n_rows, block)]
-    return tuple(torch.cat(parts) for parts in zip(*outs))
+    for r0 in range(0, n_rows, block):
+        rows = slice(r0, r0 + block)
+        _rescan((h_parts[0][rows], h_parts[1][rows]), w_parts, tile_v[rows], tile_i[rows],
+                inv_temperature[rows] if per_row_t else inv_temperature, cfg, tma, lo, mma,
+                rounding, (values[rows], ids[rows]))
+    return values, ids
 
 
-def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma, rounding):
+def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma, rounding,
+            out):
     (h_hi, h_lo), (w_hi, w_lo) = h_parts, w_parts
     n_rows, k = tile_v.shape
     vocab, hidden_size = w_hi.shape
@@ -154,6 +177,6 @@ def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma
         inv_t, BLOCK_R=rows, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
         KP=next_power_of_2(k), USE_TMA=tma, DOT_PRECISION=dot_precision(mma),
         UPCAST_DOT=upcast_dot(mma), ROW_INV_T=inv_t_rows is not None,
-        LOGITS_DTYPE=rounding, LO=lo,
-        num_warps=4, num_stages=cfg.num_stages)
-    return merge_topk(cand_v, cand_i, vocab, k)
+        LOGITS_DTYPE=rounding, LO=lo, OPAQUE_COLUMNS=not interpreting(),
+        num_warps=RESCAN_WARPS, num_stages=RESCAN_STAGES)
+    merge_topk(cand_v, cand_i, vocab, k, out)
