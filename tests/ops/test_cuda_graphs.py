@@ -21,7 +21,8 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 pytest.importorskip("triton", reason="Triton is not installed")
 
-from megatron_overlay.ops import check_labels, label_check, linear_logprob_entropy  # noqa: E402
+from megatron_overlay.ops import (check_labels, label_check, linear_logprob_entropy,  # noqa: E402
+                                  linear_topk_logprobs)
 
 N, H, V = 1029, 256, 7000
 # The precision modes of the op (issue 18): (hidden dtype, weight dtype, logits_dtype)
@@ -96,6 +97,33 @@ def test_forward_backward_capture_replays_bitwise(mode):
         graph.replay()
         for got, ref in zip(outs, _eager_fb(new_h, new_w, new_y, logits_dtype)):
             assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("k", [1, 8, 32])
+def test_topk_forward_captures_without_a_sync(k):
+    """The top-k op's two stages (the tile lists, then the rescan: a sort, a kernel, a
+    merge) in one graph, bitwise eager's on new data; eager, no host sync."""
+    hidden, weight, labels = _inputs()
+
+    def topk():
+        return linear_topk_logprobs(hidden, weight, k, temperature=0.7, labels=labels,
+                                    return_entropy=True)
+
+    with torch.no_grad():
+        graph, out = _capture(topk)
+        for seed in (0, 3):
+            new_h, new_w, new_y = _inputs(seed)
+            hidden.copy_(new_h), weight.copy_(new_w), labels.copy_(new_y)
+            graph.replay()
+            ref = linear_topk_logprobs(new_h, new_w, k, temperature=0.7, labels=new_y,
+                                       return_entropy=True)
+            assert all(torch.equal(a, b) for a, b in zip(out, ref))
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            topk()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
 
 
 @pytest.mark.parametrize("mode", MODES)

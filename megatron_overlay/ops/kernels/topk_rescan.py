@@ -40,6 +40,7 @@ RESCAN_ROWS = 128
 RESCAN_ROWS_INTERPRETED = 16
 # 8 warps (4: 2.01 / 8.16 ms in the same runs).
 RESCAN_WARPS = 8
+# at most the forward's (mixed operands: 2, for both halves of the fp32 one in shared memory)
 RESCAN_STAGES = 3
 # The rescan's memory a launch (its candidates, 8 bytes each, k (k + 1) / 2 a row; the
 # sort's keys, order and temporaries, ~48 bytes a pair): row blocks past it. With the
@@ -178,5 +179,5 @@ def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma
         KP=next_power_of_2(k), USE_TMA=tma, DOT_PRECISION=dot_precision(mma),
         UPCAST_DOT=upcast_dot(mma), ROW_INV_T=inv_t_rows is not None,
         LOGITS_DTYPE=rounding, LO=lo, OPAQUE_COLUMNS=not interpreting(),
-        num_warps=RESCAN_WARPS, num_stages=RESCAN_STAGES)
+        num_warps=RESCAN_WARPS, num_stages=min(RESCAN_STAGES, cfg.num_stages))
     merge_topk(cand_v, cand_i, vocab, k, out)
