@@ -150,13 +150,13 @@ MERGE_BUDGET_BYTES = 12 << 20
 # Candidates a row up to which the splits' lists merge in one kernel (merge_topk.py) rather
 # than with torch's sorts (order_candidates): wider rows would not fit its registers.
 MERGE_TOPK_MAX_CANDIDATES = 8192
-# A work item's fixed cost in vocab tiles (pipeline fill, its first tiles' top-k rounds, its
-# partial lists and their merge): what makes 33 splits of 18 tiles slower than 2 of 297.
+# A work item's fixed cost in vocab tiles (pipeline fill, its partial lists and their
+# merge): what made 33 splits of 18 tiles slower than 2 of 297 (measured with the previous
+# kernel, whose first tiles of a split also took top-k rounds).
 ITEM_COST_TILES = 2
 
 # The log-prob forward's tile (128 x 256, 8 warps, one work item per multiprocessor): the
-# running top-k works on the raw accumulator and keeps only [128, k] values and ids beside
-# it (the kernel above). fp32 inputs: a narrower tile (3xTF32 dots need more registers).
+# tile lists keep only [128, k] maxima and ids beside the accumulator (the kernel above). fp32 inputs: a narrower tile (3xTF32 dots need more registers).
 # Interpreter: tiny tiles.
 TOPK_16BIT = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8)
 TOPK_FP32 = KernelConfig(128, 64, 32, num_warps=8, num_stages=3, group_m=8)
@@ -187,10 +187,11 @@ def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int, unit: int
 
     The span, waves x (tiles per work item + ITEM_COST_TILES) (the last wave's idle
     multiprocessors count), is what the GEMM costs; among split counts within 1% of the
-    shortest span, k > 8 takes the fewest (each split starts with an empty top-k, whose
-    first tiles take up to k rounds each), k <= 8 the one nearest two waves (fewer token
+    shortest span, k > 8 takes the fewest, k <= 8 the one nearest two waves (fewer token
     tiles in flight keep their hidden rows in L2). Picked from a sweep of split counts on
-    one H200 (docs/BENCHMARKS.md).
+    one H200 (docs/BENCHMARKS.md) with the previous kernel, whose splits each started
+    with up to k rounds a tile over the logits; the tile lists have no rounds, and the
+    rule has not been swept again.
     """
     room = TOPK_PARTIAL_BUDGET_BYTES // max(n_rows, 1) - fixed_bytes
     cap = max(1, min(num_v, room // split_bytes))
