@@ -33,11 +33,12 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # run as a script: the package beside it (imports no torch)
+
+from megatron_overlay.patching.core import LOCAL_LABEL  # noqa: E402  (the patch sets' label)
+
 PATCHES = REPO / "patches"
 PATCH_FILE = "output_processor.patch"
-# PEP 440 local label of a patched core; bumped whenever the patch sets change what they
-# patch (overlay.2: the hybrid model class joined every set), so pip tells them apart
-LOCAL_LABEL = "overlay.2"
 
 # Every release on the registry from 0.12.0 on. Python tag: 0.17+ publish cp312 wheels only.
 RELEASES = [

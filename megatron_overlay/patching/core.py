@@ -26,7 +26,8 @@ from .patch_sets import PatchSet, match_patch_set, nearest_mismatch, supported_r
 
 DIST_NAME = "megatron-core"
 # PEP 440 local label: 0.13.1+overlay.2 still satisfies ==0.13.1. tools/make_patches.py
-# writes the same one into the manifests; it is bumped when the patch sets change.
+# writes it into the manifests; bumped whenever the patch sets change what they patch
+# (overlay.2: the hybrid model class joined every set), so pip tells them apart.
 LOCAL_LABEL = "overlay.2"
 MARKER = "megatron_overlay.json"  # written into the dist-info of a patched core
 JOURNAL = "megatron_overlay.journal"
