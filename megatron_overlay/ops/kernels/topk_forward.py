@@ -7,6 +7,8 @@ to a per-row list of the k tiles with the largest maxima, kept in registers ([BL
 raw maxima and tile indices; KP: k rounded up to a power of two; slots >= k hold +inf and
 are never evicted or stored). One candidate a tile and row: no rounds over the logits,
 whatever k, so the epilogue is the log-prob forward's plus a [BLOCK_M, KP] update.
+k = 1 keeps each tile's argmax column instead (the leftmost of equal maxima): the list's
+one entry is then the answer, scaled by inv_t at the end, and no rescan follows.
 
 The row's top-k logits all lie in those k tiles (topk_rescan.py says why), which the
 second stage recomputes for the row and takes its top k from (``rescan_topk``). The list
@@ -156,8 +158,8 @@ MERGE_TOPK_MAX_CANDIDATES = 8192
 ITEM_COST_TILES = 2
 
 # The log-prob forward's tile (128 x 256, 8 warps, one work item per multiprocessor): the
-# tile lists keep only [128, k] maxima and ids beside the accumulator (the kernel above). fp32 inputs: a narrower tile (3xTF32 dots need more registers).
-# Interpreter: tiny tiles.
+# tile lists keep only [128, k] maxima and ids beside the accumulator (the kernel above).
+# fp32 inputs: a narrower tile (3xTF32 dots need more registers). Interpreter: tiny tiles.
 TOPK_16BIT = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8)
 TOPK_FP32 = KernelConfig(128, 64, 32, num_warps=8, num_stages=3, group_m=8)
 # Mixed operands (split_operand.py): the 16-bit tile with the 2 stages that fit either

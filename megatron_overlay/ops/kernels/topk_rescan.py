@@ -12,8 +12,9 @@ tile among them one MMA of the pairs' gathered hidden rows against the tile's we
 (pairs of other tiles masked), then takes each row's logits >= thr, largest first (ties
 to the lower column), as many as the pair can contribute: the row's j-th best tile
 (0-based) has j better tiles ahead of it, each holding a logit that ranks above all of
-its own (a larger one, or an equal one with a lower id), so k - j at most. Pair j's slots are at j k - j (j - 1) / 2 of the row's k (k + 1) / 2
-candidates; unused slots hold (-inf, V). merge_topk orders them into the row's top k.
+its own (a larger one, or an equal one with a lower id), so k - j at most. Pair j's
+slots are at j k - j (j - 1) / 2 of the row's k (k + 1) / 2 candidates; unused slots hold
+(-inf, V). merge_topk orders them into the row's top k.
 
 The logits are the forward kernel's, bit for bit where the MMA instruction and K order
 are the same (the 16-bit tile: both m64n256k16 steps over the same BLOCK_K), and do not
