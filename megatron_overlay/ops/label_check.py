@@ -9,17 +9,20 @@ of the GPU once per microbatch) and breaks ``torch.cuda.graph`` capture. So:
   any work (one sync on CUDA).
 * CUDA, default: the op computes a per-token ``bad`` mask on the device, makes those
   tokens' log-probs and their gradients NaN (so nothing downstream is silently wrong), and
-  ``defer`` (or ``defer_record``, for a record the stages' ``finalize`` made) copies a
-  record (rows of 4 numbers: count, smallest and largest bad id, first bad position, one
-  row per block of tokens, reduced on the host when read) to pinned host memory with an
-  asynchronous copy. The host learns of it, and
+  keeps a record (rows of 4 numbers: count, smallest and largest bad id, first bad
+  position, one row per block of tokens, reduced on the host when read) in pinned host
+  memory: the stages' kernels write it there themselves (``host_record`` lends the
+  buffer; pinned memory is device-addressable under unified addressing), and
+  ``defer_record`` queues it behind an event; a record made on the device (``defer``, the
+  torch stages on CUDA) is copied there asynchronously. The host learns of it, and
   ``ValueError`` is raised naming the labels, at the first of:
-    1. the start of any later forward of the op, or the backward of any call, once the
-       GPU has finished that copy (polled with ``Event.query()``: no wait);
-    2. ``check_labels()``, which waits for every pending copy (call it where you sync
+    1. any later forward of the op (once it has launched its main kernel, so that the
+       GPU starts that sooner), or the end of the backward of any call, once the GPU has
+       written the record (polled with ``Event.query()``: no wait);
+    2. ``check_labels()``, which waits for every pending record (call it where you sync
        anyway, e.g. where the loss is read back).
-  Inside CUDA-graph capture no copy is made (a copy to the host is not replayable as a
-  check); the record stays on the device and ``check_labels()`` reads the latest one of
+  Inside CUDA-graph capture the record goes to device memory (a write to the host is
+  not replayable as a check); it stays on the device and ``check_labels()`` reads the latest one of
   each captured call after a replay.
 
 The vocab ids of ``linear_logprobs_at`` / ``fused_logprobs_at`` (``token_ids`` [N, K]) go
@@ -50,8 +53,15 @@ STRICT_ENV = "MEGATRON_OVERLAY_STRICT_LABELS"
 MAX_PENDING = 256
 _I64_MAX = torch.iinfo(torch.int64).max
 
-_pending: deque = deque()   # (host record, event, message), oldest first
+_pending: deque = deque()   # (host record, event, message, pooled buffer), oldest first
 _captured: list = []        # (device record, message) made during capture
+# The pinned buffers and events, reused once their record is read: torch's pinned allocator
+# queries the events of every block still in flight on each allocation (12-21
+# cudaEventQuery a call behind a busy GPU, docs/BENCHMARKS.md), and a new event is created
+# in the driver at its first record.
+_free_buffers: dict = {}    # rows (a power of 2) -> [pinned int64 [rows, 4]]
+_lent: dict = {}            # data_ptr -> pooled buffer, lent by host_record, not yet queued
+_free_events: list = []
 # message(count, low, high, first, deferred=...) -> str: one per kind of record
 
 
@@ -150,9 +160,11 @@ def _raise_if_bad(rec: torch.Tensor, message, deferred: bool = False) -> None:
     sync if it is on the GPU)."""
     rec = rec.reshape(-1, 4)
     # the records have a row per block of tokens (N / 32 of them for ids): look at the
-    # counts first, one torch call, instead of turning every row into Python ints (which
-    # cost a 32768-token call ~1 ms of host time)
-    if not bool(rec[:, 0].any()):
+    # counts first, instead of turning every row into Python ints (which cost a
+    # 32768-token call ~1 ms of host time); a host record through numpy (a view: 2-3 us,
+    # where torch's any() took 8-10 on the CPU machine)
+    counts = rec[:, 0]
+    if not (counts.numpy().any() if not rec.is_cuda else bool(counts.any())):
         return
     rows = [r for r in rec.tolist() if r[0]]
     if rows:
@@ -161,18 +173,40 @@ def _raise_if_bad(rec: torch.Tensor, message, deferred: bool = False) -> None:
                                  deferred=deferred))
 
 
-def _defer(rec: torch.Tensor, message) -> None:
-    if not rec.is_cuda:  # CPU (tests): the record is already on the host
-        _pending.append((rec, None, message))
-        return
+def host_record(rows: int, device: torch.device) -> torch.Tensor:
+    """Where a stage's kernel writes one call's record (int64 [rows, 4]): a pinned host
+    buffer (``defer_record`` queues it), or device memory inside a CUDA-graph capture (a
+    replayed graph rewrites it; ``check_labels`` reads it)."""
     if _capturing():
+        return torch.empty(rows, 4, dtype=torch.int64, device=device)
+    buf = _take_buffer(rows)
+    view = buf[:rows]
+    _lent[view.data_ptr()] = buf
+    return view
+
+
+def _take_buffer(rows: int) -> torch.Tensor:
+    size = 1 << max(rows - 1, 0).bit_length()
+    free = _free_buffers.get(size)
+    return free.pop() if free else torch.empty(size, 4, dtype=torch.int64, pin_memory=True)
+
+
+def _defer(rec: torch.Tensor, message) -> None:
+    buf = _lent.pop(rec.data_ptr(), None) if not rec.is_cuda else None
+    if buf is None and not rec.is_cuda:  # CPU (tests): the record is already on the host
+        _pending.append((rec, None, message, None))
+        return
+    if buf is None and _capturing():
         _captured.append((rec, message))
         return
-    host = torch.empty(rec.shape, dtype=torch.int64, pin_memory=True)
-    host.copy_(rec, non_blocking=True)
-    event = torch.cuda.Event()
+    if buf is None:  # a device record: copied into a pooled buffer
+        buf = _take_buffer(rec.shape[0])
+        host = buf[:rec.shape[0]]
+        host.copy_(rec, non_blocking=True)
+        rec = host
+    event = _free_events.pop() if _free_events else torch.cuda.Event()
     event.record()
-    _pending.append((host, event, message))
+    _pending.append((rec, event, message, buf))
     while len(_pending) > MAX_PENDING:
         if _pending[0][1] is not None:
             _pending[0][1].synchronize()
@@ -185,17 +219,22 @@ def poll(wait: bool = False) -> None:
     ``wait=False`` looks only at records whose copy has finished (no sync); ``wait=True``
     waits for all of them. Records are dropped once looked at, so an error is raised once.
     """
-    if not wait and _capturing():  # no event queries inside a capture
+    if not _pending or (not wait and _capturing()):  # no event queries inside a capture
         return
     while _pending:
-        host, event, message = _pending[0]
+        host, event, message, buf = _pending[0]
         if event is not None:
             if wait:
                 event.synchronize()
             elif not event.query():
                 return
         _pending.popleft()
-        _raise_if_bad(host, message, deferred=True)
+        try:
+            _raise_if_bad(host, message, deferred=True)
+        finally:  # read: the buffer and event serve a later call
+            if buf is not None:
+                _free_buffers.setdefault(buf.shape[0], []).append(buf)
+                _free_events.append(event)
 
 
 def check_labels() -> None:

@@ -24,14 +24,14 @@ class LinearLogprobEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, params: LogprobParams, tp_group):
         impl = pick_impl(hidden.device)
-        if hidden.is_cuda:
-            label_check.poll()  # earlier calls' label checks that have finished (no wait)
         tp, vocab_start, world = shard_layout(weight, tp_group)
         local_labels = shard_labels(labels, vocab_start, weight.shape[0], params.ignore_index)
         inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
         # without TP the vocab splits' statistics go to finalize unmerged (one launch less)
         stats = impl.forward_stats(hidden, weight, local_labels, inv_t, params.return_entropy,
                                    logits_dtype=params.logits_dtype, merged=tp)
+        if hidden.is_cuda:  # earlier calls' label checks that have finished (no wait); after
+            label_check.poll()  # the main launch, so that the GPU starts on it the sooner
         stats = gather_stats(stats, tp_group) if tp else stats
         # One launch on GPU for the outputs and the label check (ops/stages.py): the host
         # time of a call is what a synchronized small-N call waits for.
@@ -39,7 +39,8 @@ class LinearLogprobEntropy(torch.autograd.Function):
         # log-probs and gradients; on CUDA the host raises later (ops/label_check.py).
         vocab = weight.shape[0] * world
         lse, mean_z, entropy, log_probs, valid, bad, record = impl.finalize(
-            stats, labels, vocab, params.ignore_index, params.return_entropy)
+            stats, labels, vocab, params.ignore_index, params.return_entropy,
+            record_alloc=label_check.host_record if hidden.is_cuda else None)
         if hidden.is_cuda:
             label_check.defer_record(record, labels, vocab, params.ignore_index)
 
@@ -52,8 +53,6 @@ class LinearLogprobEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_log_probs, grad_entropy):
         hidden, weight, local_labels, lse, mean_z, valid, bad = ctx.saved_tensors
-        if hidden.is_cuda:
-            label_check.poll()
         g_lp = torch.where(valid, grad_log_probs.float(), 0.0) if grad_log_probs is not None \
             else torch.zeros_like(lse)
         g_lp = torch.where(bad, float("nan"), g_lp)
@@ -71,6 +70,8 @@ class LinearLogprobEntropy(torch.autograd.Function):
             dist.all_reduce(d_hidden, group=ctx.tp_group)
         d_hidden = d_hidden.to(hidden.dtype) if ctx.needs_input_grad[0] else None
         d_weight = d_weight.to(weight.dtype) if ctx.needs_input_grad[1] else None
+        if hidden.is_cuda:
+            label_check.poll()
         return d_hidden, d_weight, None, None, None
 
 

@@ -52,18 +52,19 @@ class LinearLogprobsAt(torch.autograd.Function):
     def forward(ctx, hidden, weight, token_ids, params: LogprobParams, tp_group):
         impl = pick_impl(hidden.device)
         tp, vocab_start, world = shard_layout(weight, tp_group)
-        if hidden.is_cuda:
-            label_check.poll()  # earlier calls' checks that have finished (no wait)
         inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
         stats = impl.forward_stats(hidden, weight, None, inv_t, params.return_entropy,
                                    logits_dtype=params.logits_dtype, merged=tp)
+        if hidden.is_cuda:  # earlier calls' checks that have finished (no wait); after the
+            label_check.poll()  # main launch, so that the GPU starts on it the sooner
         # Out-of-range ids (ValueError on CPU and in strict mode, before this): their rows
         # get NaN log-probs and gradients, the ids themselves read nothing (they lie in no
         # vocab shard), and on CUDA the host raises later (ops/label_check.py). One launch
         # on GPU checks, shards and records (the host time of a call is what a small-N
         # call waits for).
-        local_ids, bad_rows, record = impl.check_ids(token_ids, vocab_start, weight.shape[0],
-                                                     weight.shape[0] * world)
+        local_ids, bad_rows, record = impl.check_ids(
+            token_ids, vocab_start, weight.shape[0], weight.shape[0] * world,
+            record_alloc=label_check.host_record if hidden.is_cuda else None)
         if hidden.is_cuda:
             label_check.defer_ids(record, token_ids, weight.shape[0] * world)
         z_at = impl.logits_at(hidden, weight, local_ids, inv_t, logits_dtype=params.logits_dtype)
@@ -81,8 +82,6 @@ class LinearLogprobsAt(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_log_probs, grad_entropy):
         hidden, weight, local_ids, lse, mean_z, bad_rows = ctx.saved_tensors
-        if hidden.is_cuda:
-            label_check.poll()
         if grad_log_probs is None:
             grad_log_probs = torch.zeros(local_ids.shape, dtype=torch.float32,
                                          device=hidden.device)
@@ -93,6 +92,8 @@ class LinearLogprobsAt(torch.autograd.Function):
             ctx.impl, hidden, weight, local_ids, ctx.inv_t, lse, mean_z, grad_log_probs,
             None if grad_entropy is None else grad_entropy.float(), ctx.tp_group,
             ctx.needs_input_grad, ctx.logits_dtype)
+        if hidden.is_cuda:
+            label_check.poll()
         return d_hidden, d_weight, None, None, None
 
 

@@ -60,8 +60,6 @@ class LinearTopkLogprobs(torch.autograd.Function):
         n = hidden.shape[0]
         vocab = weight.shape[0] * world
         if labels is not None:
-            if hidden.is_cuda:
-                label_check.poll()
             local_labels = shard_labels(labels, vocab_start, weight.shape[0],
                                         params.ignore_index)
         else:
@@ -70,6 +68,8 @@ class LinearTopkLogprobs(torch.autograd.Function):
         stats, values, ids = topk_impl.topk_stats(hidden, weight, local_labels, inv_t,
                                                   params.return_entropy, k,
                                                   logits_dtype=params.logits_dtype, merged=tp)
+        if hidden.is_cuda:  # earlier calls' checks that have finished (no wait); after the
+            label_check.poll()  # main launches, so that the GPU starts on them the sooner
         if vocab_start:
             ids = torch.where(ids == PAD_ID, ids, ids + vocab_start)
         if tp:
@@ -78,7 +78,8 @@ class LinearTopkLogprobs(torch.autograd.Function):
         # host raises later, without a sync (ops/label_check.py)
         lse, mean_z, entropy, log_probs, valid, bad, record = impl.finalize(
             gather_stats(stats, tp_group) if tp else stats, labels, vocab,
-            params.ignore_index, params.return_entropy)
+            params.ignore_index, params.return_entropy,
+            record_alloc=label_check.host_record if hidden.is_cuda else None)
         if labels is not None and hidden.is_cuda:
             label_check.defer_record(record, labels, vocab, params.ignore_index)
         topk_log_probs = values.sub_(lse[:, None])
@@ -98,8 +99,6 @@ class LinearTopkLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, _grad_ids, grad_topk, grad_log_probs, grad_entropy):
         hidden, weight, local_ids, lse, mean_z, valid, bad = ctx.saved_tensors
-        if hidden.is_cuda:
-            label_check.poll()
         n, k = hidden.shape[0], local_ids.shape[1] - ctx.has_labels
         if not ctx.has_labels and grad_topk is not None:  # the ids' grads, nothing else
             grads = grad_topk.float()
@@ -119,6 +118,8 @@ class LinearTopkLogprobs(torch.autograd.Function):
         d_hidden, d_weight = backward_at_ids(ctx.impl, hidden, weight, local_ids, ctx.inv_t,
                                              lse, mean_z, grads, g_ent, ctx.tp_group,
                                              ctx.needs_input_grad, ctx.logits_dtype)
+        if hidden.is_cuda:
+            label_check.poll()
         return d_hidden, d_weight, None, None, None, None
 
 

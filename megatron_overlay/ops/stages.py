@@ -29,13 +29,18 @@ Shared by every stage:
 from __future__ import annotations
 
 import os
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 
 from . import torch_chunked, torch_topk
 
 InvTemperature = float | torch.Tensor
+# record_alloc(rows, device) -> int64 [rows, 4]: where a stage puts its label-check record
+# (ops/label_check.py's host_record: pinned host memory the kernels write directly, so
+# the record needs no copy and no allocation of torch's pinned allocator); None: the
+# stage's own device tensor.
+RecordAlloc = Callable[[int, torch.device], torch.Tensor]
 
 IMPL_ENV = "MEGATRON_OVERLAY_IMPL"  # "torch" or "triton"; default: triton on CUDA
 
@@ -60,7 +65,8 @@ class LogprobStages(Protocol):
         ...
 
     def finalize(self, stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
-                 ignore_index: int, with_entropy: bool) -> tuple:
+                 ignore_index: int, with_entropy: bool, *,
+                 record_alloc: RecordAlloc | None = None) -> tuple:
         """The per-token outputs of [S, N, 4] statistics of S vocab shards in rank order
         (S = 1 without TP, or the parts of ``forward_stats(merged=False)``; folded as
         forward_stats merges its splits, in order):
@@ -69,7 +75,8 @@ class LogprobStages(Protocol):
         ops/label_check.py). mean_z = E_p[z] and the entropy: None without
         ``with_entropy``. ``labels`` [N] global ids (None: the last four are None):
         valid = label != ignore_index, bad = valid and outside [0, vocab_size); log_probs
-        z[label] - lse, 0 where not valid, NaN where bad; the entropy 0 where not valid."""
+        z[label] - lse, 0 where not valid, NaN where bad; the entropy 0 where not valid.
+        ``record_alloc``: where the record goes (see RecordAlloc)."""
         ...
 
     def backward(self, hidden: torch.Tensor, weight: torch.Tensor,
@@ -94,13 +101,15 @@ class LogprobStages(Protocol):
         ...
 
     def check_ids(self, ids: torch.Tensor, vocab_start: int, local_vocab: int,
-                  vocab_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  vocab_size: int, *, record_alloc: RecordAlloc | None = None,
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Global vocab ids [N, K] (linear_logprobs_at's) checked and sharded:
         ``(local_ids, bad_rows, record)``: local_ids [N, K] int64, id - vocab_start where
         that lies in [0, local_vocab), else -1 (another shard's id, and an id outside
         [0, vocab_size), which lies in no shard); bad_rows [N] bool, the rows with an id
         outside [0, vocab_size); record int64 [rows, 4], the label check's of those ids
-        (ops/label_check.py; positions in the flattened ids)."""
+        (ops/label_check.py; positions in the flattened ids), in ``record_alloc``'s buffer
+        where given."""
         ...
 
     def logits_at(self, hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tensor,

@@ -85,7 +85,7 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
 
 
 def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
-             ignore_index: int, with_entropy: bool):
+             ignore_index: int, with_entropy: bool, *, record_alloc=None):
     """(lse, mean_z, entropy, log_probs, valid, bad, record) from [S, N, 4] shards'
     statistics in rank order; see ops/stages.py."""
     shard_max, sum_exp, sum_exp_shifted, z_label = stats.unbind(2)  # each [S, N]
@@ -115,8 +115,15 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
         log_probs = torch.where(bad, float("nan"), log_probs)
         if with_entropy:
             entropy = torch.where(valid, entropy, 0.0)
-        rec = label_check.record(bad, labels)
+        rec = _record_into(label_check.record(bad, labels), record_alloc)
     return lse, mean_z, entropy, log_probs, valid, bad, rec
+
+
+def _record_into(rec: torch.Tensor, record_alloc) -> torch.Tensor:
+    """The record, copied (asynchronously) to ``record_alloc``'s buffer where given."""
+    if record_alloc is None:
+        return rec
+    return record_alloc(rec.shape[0], rec.device).copy_(rec, non_blocking=True)
 
 
 def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor | None,
@@ -162,12 +169,13 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             d_weight.to(d_weight_dtype or torch.float32))
 
 
-def check_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int, vocab_size: int):
+def check_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int, vocab_size: int, *,
+              record_alloc=None):
     """(local_ids, bad_rows, record) of global ids [N, K]; see ops/stages.py."""
     bad = label_check.bad_ids(ids, vocab_size)
     local = ids.to(torch.int64) - vocab_start
     local = torch.where(bad | (local < 0) | (local >= local_vocab), -1, local)
-    return local, bad.any(dim=1), label_check.record(bad, ids)
+    return local, bad.any(dim=1), _record_into(label_check.record(bad, ids), record_alloc)
 
 
 def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tensor,

@@ -230,3 +230,44 @@ def test_bad_token_ids_on_cuda_raise_later_without_a_sync():
     with pytest.raises(ValueError, match=r"^token_ids out of range: ids must lie"):
         linear_logprobs_at(hidden, weight, ids, temperature=0.7, strict_ids=True)
     label_check._pending.clear()
+
+
+def test_label_records_reuse_their_pinned_buffers():
+    """The kernels write the label check's records into pinned host buffers
+    (label_check.host_record), reused once read: of many calls in flight, of two sizes,
+    one with a bad label, that label is reported once (by a later call or check_labels),
+    and later calls take their buffers from the pool."""
+    label_check._pending.clear()
+    label_check._free_buffers.clear()
+    hidden, weight, labels = _inputs()
+    good = labels.clamp(0, V - 1)
+    bad = good.clone()
+    bad[700] = V
+    raised = []
+
+    def calls(rounds, bad_at=None, sync=False):
+        for i in range(rounds):
+            n = N if i % 2 else 300
+            try:
+                linear_logprob_entropy(hidden[:n], weight, (bad if i == bad_at else good)[:n],
+                                       temperature=0.7)
+                linear_topk_logprobs(hidden[:n], weight, 4, labels=good[:n], temperature=0.7)
+                if sync:  # each record read (and its buffer back) before the next call
+                    torch.cuda.synchronize()
+                    label_check.poll()
+            except ValueError as err:
+                raised.append(str(err))
+        try:
+            check_labels()
+        except ValueError as err:
+            raised.append(str(err))
+
+    calls(40, bad_at=17)
+    assert len(raised) == 1, raised
+    assert re.search(rf"1 label id\(s\) outside \[0, {V}\).*first at token 700", raised[0])
+    assert not label_check._lent and not label_check._pending
+    pooled = {id(b) for bufs in label_check._free_buffers.values() for b in bufs}
+    assert pooled
+    calls(6, sync=True)  # buffers of both sizes are in the pool: no new one
+    assert len(raised) == 1
+    assert {id(b) for bufs in label_check._free_buffers.values() for b in bufs} == pooled

@@ -80,3 +80,17 @@ def test_ops_match_torch_impl(monkeypatch):
     torch.testing.assert_close(got[2], ref[2], atol=1e-4, rtol=0)
     for a, b in zip(got[3:], ref[3:]):
         assert ((a - b).abs().max() / b.abs().max()) < 2e-2
+
+
+@pytest.mark.parametrize("pairs, num_t", [(8192 * 32, 594), (4096 * 8 + 5, 594), (3, 1)])
+def test_tile_sort_matches_torch_sort(pairs, num_t):
+    """The rescan's counting sort (kernels/tile_sort.py): torch.sort's stable order."""
+    from megatron_overlay.ops.kernels.tile_sort import sort_tiles
+    from megatron_overlay.ops.topk_merge import PAD_ID
+
+    g = torch.Generator(device="cuda").manual_seed(pairs)
+    tiles = torch.randint(0, num_t, (pairs,), device="cuda", generator=g)
+    tiles[torch.rand(pairs, device="cuda", generator=g) < 0.01] = PAD_ID
+    got_t, got_p = sort_tiles(tiles, num_t)
+    ref_t, ref_p = torch.sort(tiles.clamp(max=num_t), stable=True)
+    assert torch.equal(got_t.long(), ref_t) and torch.equal(got_p.long(), ref_p)

@@ -27,7 +27,8 @@ CASES = ([f"topk-{n}x{h}x{v}-k{k}-{d}" for n, h, v, k in TOPK_SHAPES for d in DT
          + [f"rowtemp-{d}" for d in DTYPES] + [f"sparse-{d}" for d in DTYPES + ["float16"]]
          + [f"gather-{d}" for d in DTYPES]
          + [f"op-{d}" for d in DTYPES] + [f"invariant-{d}" for d in DTYPES]
-         + ["mergetopk-float32"] + [f"checkids-{d}" for d in ("int64", "int32")]
+         + ["mergetopk-float32", "tilesort-int64"]
+         + [f"checkids-{d}" for d in ("int64", "int32")]
          + [f"unmerged-{d}" for d in DTYPES] + [f"clustered-{d}" for d in DTYPES]
          + [f"modes-{m}" for m in ("bf16logits", "fp32hidden", "fp32weight")])
 # The precision modes (issue 18): (hidden dtype, weight dtype, logits_dtype)
@@ -151,15 +152,16 @@ def _worker() -> int:
                 res = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
                        "dtype": str(dtype)[6:]}
                 from megatron_overlay.ops.kernels import topk_rescan
-                budget = topk_rescan.RESCAN_BUDGET_BYTES
+                budget = topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES
                 for k, temperature, rows in ((1, inv_t, 0), (5, inv_t, 0), (5, 1 / 0.7, 4),
                                              (12, inv_t, 3), (12, 1 / 0.7, 0), (40, inv_t, 0)):
                     if rows:  # the rescan in blocks of this many rows
-                        topk_rescan.RESCAN_BUDGET_BYTES = rows * (4 * k * (k + 1) + 48 * k)
+                        topk_rescan.RESCAN_BUDGET_BYTES = rows * topk_rescan.rescan_row_bytes(k)
+                        topk_rescan.FORWARD_EXTRA_BYTES = 0
                     ref = torch_topk.topk_stats(hidden, weight, labels, temperature, True, k)
                     got = triton_topk.topk_stats(hidden, weight, labels, temperature, True, k,
                                                  splits=3)
-                    topk_rescan.RESCAN_BUDGET_BYTES = budget
+                    topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES = budget
                     res["stats_err"] = max(res["stats_err"], (got[0] - ref[0]).abs().max().item())
                     res["values_err"] = max(res["values_err"],
                                             (got[1] - ref[1]).abs().max().item())
@@ -238,6 +240,23 @@ def _worker() -> int:
                 report[case] = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
                                 "dh_err": rel(dh, rdh), "dw_err": rel(dw, rdw),
                                 "dtype": str(dtype)[6:]}
+            elif kind == "tilesort":  # the rescan's pairs by tile: torch.sort's stable order
+                from megatron_overlay.ops.kernels.tile_sort import (SORT_BLOCK_INTERPRETED,
+                                                                    sort_tiles)
+                from megatron_overlay.ops.topk_merge import PAD_ID
+                g = torch.Generator().manual_seed(5)
+                same = True
+                # one block, a partial last block, several blocks, one tile, unfilled slots
+                for pairs, num_t in ((1, 4), (SORT_BLOCK_INTERPRETED, 3),
+                                     (3 * SORT_BLOCK_INTERPRETED + 7, 37), (150, 1), (200, 594)):
+                    tiles = torch.randint(0, num_t, (pairs,), generator=g)
+                    tiles[torch.rand(pairs, generator=g) < 0.2] = PAD_ID
+                    got_t, got_p = sort_tiles(tiles.view(-1, 1) if pairs % 2 else tiles, num_t)
+                    ref_t, ref_p = torch.sort(tiles.clamp(max=num_t), stable=True)
+                    same &= got_t.dtype == got_p.dtype == torch.int32
+                    same &= torch.equal(got_t.long(), ref_t) and torch.equal(got_p.long(), ref_p)
+                report[case] = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": same,
+                                "dtype": "int64"}
             elif kind == "mergetopk":  # the splits' lists merge: kernel vs torch's sorts
                 from megatron_overlay.ops.kernels.merge_topk import merge_topk
                 from megatron_overlay.ops.topk_merge import PAD_ID, order_candidates

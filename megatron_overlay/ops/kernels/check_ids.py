@@ -65,16 +65,19 @@ def check_ids_kernel(ids_ptr, local_ptr, bad_rows_ptr, rec_ptr, N, K, vocab_star
     tl.store(rec + 3, tl.min(first, axis=0))
 
 
-def check_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int, vocab_size: int):
+def check_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int, vocab_size: int, *,
+              record_alloc=None):
     """The contract's check_ids (ops/stages.py): (local_ids [N, K] int64, bad_rows [N] bool,
-    record [cdiv(N, CHECK_BLOCK_ROWS), 4] int64, a row per program)."""
+    record [cdiv(N, CHECK_BLOCK_ROWS), 4] int64, a row per program, in
+    ``record_alloc(rows, device)`` when given)."""
     check_device(ids)
     n, k = ids.shape
     dev = ids.device
     programs = cdiv(n, CHECK_BLOCK_ROWS)
     local = torch.empty(n, k, dtype=torch.int64, device=dev)
     bad_rows = torch.empty(n, dtype=torch.int8, device=dev)
-    rec = torch.empty(programs, 4, dtype=torch.int64, device=dev)
+    rec = record_alloc(programs, dev) if record_alloc is not None and programs else \
+        torch.empty(programs, 4, dtype=torch.int64, device=dev)
     if n and not k:  # no ids: no bad row
         bad_rows.zero_()
         rec.zero_()

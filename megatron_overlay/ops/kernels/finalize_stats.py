@@ -67,10 +67,11 @@ def finalize_kernel(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr,
 
 
 def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
-             ignore_index: int, with_entropy: bool):
+             ignore_index: int, with_entropy: bool, *, record_alloc=None):
     """The contract's finalize (ops/stages.py): (lse, mean_z, entropy, log_probs, valid,
     bad, record); the last four None without labels, mean_z and entropy None without
-    entropy. ``record``: [cdiv(N, FINALIZE_BLOCK), 4] int64, a row per program."""
+    entropy. ``record``: [cdiv(N, FINALIZE_BLOCK), 4] int64, a row per program, in
+    ``record_alloc(rows, device)`` when given."""
     num_shards, n_tokens = stats.shape[0], stats.shape[1]
     dev = stats.device
     has_labels = labels is not None
@@ -88,7 +89,8 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
     else:
         flags = torch.empty(2, n_tokens, dtype=torch.int8, device=dev)
         valid, bad = flags.view(torch.bool).unbind(0)
-        rec = torch.empty(programs, 4, dtype=torch.int64, device=dev)  # a row per program
+        rec = record_alloc(programs, dev) if record_alloc is not None and programs else \
+            torch.empty(programs, 4, dtype=torch.int64, device=dev)  # a row per program
     if n_tokens == 0:
         return lse, mean_z, entropy, log_probs, valid, bad, rec
     stats = stats.contiguous()

@@ -381,6 +381,7 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
         stats = part
     elif chunks > 1:
         merge_splits(part, stats, with_entropy)
+    del part  # merged: its memory goes to the rescan's row blocks
     if k == 1:  # the kernel's lists hold the maxima's ids and z: the splits' best
         return (stats, *merge_topk(part_v, part_i, vocab))
     # each row's k best tiles over the splits, then its top k within them
@@ -394,5 +395,6 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
 
         tile_v, tile_i = _best_k(n_tokens, k, splits * k, candidates, dev)
     del part_v, part_i
+    alive = stats.numel() * 4 + tile_v.numel() * 12  # beside the rescan: stats and tile lists
     return (stats, *rescan_topk(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma,
-                                lo, mma, rounding))
+                                lo, mma, rounding, alive))

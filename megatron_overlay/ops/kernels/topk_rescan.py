@@ -6,15 +6,15 @@ lies in one of them: the k-th largest tile maximum ``thr`` is a logit, so the ro
 largest logit is >= thr, and a tile whose maximum is below thr holds nothing >= thr (of
 tiles tied at thr, those with the lower ids are kept, which hold the lower ids).
 
-Here the (row, candidate tile) pairs, sorted by tile on the host (``torch.sort``), are
-recomputed BLOCK_R at a time: a program takes BLOCK_R consecutive pairs, and for each
-tile among them one MMA of the pairs' gathered hidden rows against the tile's weight rows
-(pairs of other tiles masked), then takes each row's logits >= thr, largest first (ties
-to the lower column), as many as the pair can contribute: the row's j-th best tile
-(0-based) has j better tiles ahead of it, each holding a logit that ranks above all of
-its own (a larger one, or an equal one with a lower id), so k - j at most. Pair j's
-slots are at j k - j (j - 1) / 2 of the row's k (k + 1) / 2 candidates; unused slots hold
-(-inf, V). merge_topk orders them into the row's top k.
+Here the (row, candidate tile) pairs, ordered by tile (tile_sort.py: a stable counting
+sort, two launches), are recomputed BLOCK_R at a time: a program takes BLOCK_R consecutive
+pairs, and for each tile among them one MMA of the pairs' gathered hidden rows against the
+tile's weight rows (pairs of other tiles masked), then takes each row's logits >= thr,
+largest first (ties to the lower column), as many as the pair can contribute: the row's
+j-th best tile (0-based) has j better tiles ahead of it, each holding a logit that ranks
+above all of its own (a larger one, or an equal one with a lower id), so k - j at most.
+Pair j's slots are at j k - j (j - 1) / 2 of the row's k (k + 1) / 2 candidates; unused
+slots hold (-inf, V). merge_topk orders them into the row's top k.
 
 The logits are the forward kernel's, bit for bit where the MMA instruction and K order
 are the same (the 16-bit tile: both m64n256k16 steps over the same BLOCK_K), and do not
@@ -32,6 +32,7 @@ from ._tiles import dot_nt, load_tile, round_logits
 from .launch import (cdiv, dot_precision, interpreting, inv_t_args, next_power_of_2,
                      tile_source, upcast_dot)
 from .merge_topk import merge_topk
+from .tile_sort import sort_tiles
 
 # Pairs a program: the MMA's rows. Fixed, whatever N: the values must not depend on the
 # batch. 128 (8 warps, 3 stages) against 64 on one H200: the rescan's kernel time 1.62 /
@@ -43,12 +44,20 @@ RESCAN_ROWS_INTERPRETED = 16
 RESCAN_WARPS = 8
 # at most the forward's (mixed operands: 2, for both halves of the fp32 one in shared memory)
 RESCAN_STAGES = 3
-# The rescan's memory a launch (its candidates, 8 bytes each, k (k + 1) / 2 a row; the
-# sort's keys, order and temporaries, ~48 bytes a pair): row blocks past it. With the
-# forward's statistics chunks (1 KiB a row under batch invariance) and the tile lists
-# alive beside it, 16 MiB keeps the op's forward within 64 MiB beyond its outputs at
-# 32768 tokens and k = 32 (the issue's target; measured: docs/BENCHMARKS.md).
+# The rescan's memory a launch: its candidates (8 bytes each, k (k + 1) / 2 a row) and the
+# sorted pairs (8 bytes each, k a row): row blocks past its budget, which is what the
+# forward's other buffers (the statistics' chunks, the tile lists: ``alive_bytes``) leave
+# of FORWARD_EXTRA_BYTES, and at least RESCAN_BUDGET_BYTES. The issue's target is 64 MiB
+# beyond the outputs for the whole forward (measured: docs/BENCHMARKS.md). Larger blocks
+# run faster: a tile's pairs share programs (at 8192 tokens, k = 32 one block took the
+# rescan 1.6 ms where three took 2.9).
+FORWARD_EXTRA_BYTES = 60 << 20
 RESCAN_BUDGET_BYTES = 16 << 20
+
+
+def rescan_row_bytes(k: int) -> int:
+    """The rescan's memory a row of a launch (its candidates and sorted pairs)."""
+    return 8 * (k * (k + 1) // 2) + 8 * k
 
 
 @triton.jit
@@ -80,15 +89,15 @@ def rescan_kernel(
     ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr,
     OPAQUE_COLUMNS: tl.constexpr,
 ):
-    """``tiles_ptr`` [P] int64: the pairs' tiles, ascending (>= the tile count: an unfilled
-    slot); ``pairs_ptr`` [P]: each pair's row * K + place; ``tile_v_ptr`` [N, K]: the rows'
+    """``tiles_ptr`` [P] int32: the pairs' tiles, ascending (the tile count: an unfilled
+    slot); ``pairs_ptr`` [P] int32: each pair's row * K + place; ``tile_v_ptr`` [N, K]: the rows'
     candidate tiles' raw maxima, descending (the last is thr). Raw logits (before the
     temperature) are compared, and scaled by the row's inv_t when stored."""
     pos = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     live = pos < P
     num_t = tl.cdiv(V, BLOCK_V)
     tiles = tl.load(tiles_ptr + pos, mask=live, other=num_t)
-    pair = tl.load(pairs_ptr + pos, mask=live, other=0)
+    pair = tl.load(pairs_ptr + pos, mask=live, other=0).to(tl.int64)
     row = pair // K
     place = (pair % K).to(tl.int32)
     valid = live & (tiles < num_t)
@@ -140,16 +149,19 @@ def rescan_kernel(
 
 
 def rescan_topk(h_parts, w_parts, tile_v: torch.Tensor, tile_i: torch.Tensor,
-                inv_temperature, cfg, tma: bool, lo: int, mma: torch.dtype, rounding):
+                inv_temperature, cfg, tma: bool, lo: int, mma: torch.dtype, rounding,
+                alive_bytes: int = 0):
     """([N, k] values, int64 ids): the rows' top k from their k candidate tiles (``tile_v``
     raw maxima descending, ``tile_i`` tile ids, topk_merge.PAD_ID where unfilled), in row
-    blocks within RESCAN_BUDGET_BYTES. ``h_parts`` / ``w_parts``: each operand twice, or
+    blocks within what ``alive_bytes`` (the caller's buffers) leave of FORWARD_EXTRA_BYTES,
+    at least RESCAN_BUDGET_BYTES. ``h_parts`` / ``w_parts``: each operand twice, or
     an fp32 operand's hi and lo halves (``lo``: launch.lo_operand; ``mma``: launch.mma_dtype)."""
     n_rows, k = tile_v.shape
     dev = tile_v.device
     values = torch.empty(n_rows, k, dtype=torch.float32, device=dev)
     ids = torch.empty(n_rows, k, dtype=torch.int64, device=dev)
-    block = max(1, RESCAN_BUDGET_BYTES // (8 * (k * (k + 1) // 2) + 48 * k))
+    budget = max(RESCAN_BUDGET_BYTES, FORWARD_EXTRA_BYTES - alive_bytes)
+    block = max(1, budget // rescan_row_bytes(k))
     per_row_t = isinstance(inv_temperature, torch.Tensor)
     for r0 in range(0, n_rows, block):
         rows = slice(r0, r0 + block)
@@ -166,7 +178,7 @@ def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma
     vocab, hidden_size = w_hi.shape
     dev = h_hi.device
     width = k * (k + 1) // 2
-    tiles, pairs = torch.sort(tile_i.reshape(-1), stable=True)
+    tiles, pairs = sort_tiles(tile_i, cdiv(vocab, cfg.block_v))
     cand_v = torch.empty(1, n_rows, width, dtype=torch.float32, device=dev)
     cand_i = torch.empty(1, n_rows, width, dtype=torch.int32, device=dev)
     rows = RESCAN_ROWS_INTERPRETED if interpreting() else RESCAN_ROWS

@@ -1,0 +1,108 @@
+"""The rescan's (row, tile) pairs ordered by tile: a stable counting sort in two launches.
+
+topk_rescan.py recomputes each row's k candidate tiles with the pairs of one tile side by
+side (one MMA a tile among a program's pairs), so it reads the pairs ordered by tile, ties
+in pair order: what ``torch.sort(stable=True)`` of the tile ids gives, which took ~10
+launches a call (8 radix passes over int64 keys, their histogram, scan and memsets) and
+~48 bytes of temporaries a pair. The tile ids are small (< 2^13 at V <= 2M and 256-column
+tiles), so a counting sort does it in two launches and 8 bytes a pair of int32 output:
+
+  tile_histogram_kernel  each block of SORT_BLOCK pairs counts its tiles ([blocks, NB]
+                         int32; an unfilled slot, tile >= the tile count, counts as the
+                         tile count: last)
+  tile_scatter_kernel    each block places its pairs: those of tile t after every pair of a
+                         lower tile and after tile t's pairs of the earlier blocks; inside
+                         the block, a tl.sort of (tile, position) keys keeps pair order
+
+The order is torch.sort's (stable) exactly, so the rescan's programs hold the same pairs.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .launch import cdiv, interpreting, next_power_of_2
+
+# Pairs a block (one program of each kernel, one tl.sort): 4096 keeps the blocks few (64 at
+# 8192 tokens and k = 32) and the sort in registers. The interpreter: small blocks, so
+# that the tests cross many of them.
+SORT_BLOCK = 4096
+SORT_BLOCK_INTERPRETED = 64
+SORT_WARPS = 8
+# rows of the [blocks, NB] counts summed at a time
+COUNT_ROWS = 8
+
+
+@triton.jit
+def _block_tiles(tiles_ptr, P, num_t, BLOCK: tl.constexpr):
+    """This program's pairs' tiles as int32: unfilled slots (>= num_t) as num_t, positions
+    past P as num_t + 1 (counted in a bin nobody reads, sorted after every pair)."""
+    pos = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    t = tl.load(tiles_ptr + pos, mask=pos < P, other=0)
+    t = tl.minimum(t, num_t).to(tl.int32)
+    return tl.where(pos < P, t, num_t + 1)
+
+
+@triton.jit
+def tile_histogram_kernel(tiles_ptr, counts_ptr, P, num_t, BLOCK: tl.constexpr,
+                          NB: tl.constexpr):
+    """counts[b, t]: the pairs of block b whose tile is t."""
+    t = _block_tiles(tiles_ptr, P, num_t, BLOCK)
+    bins = tl.arange(0, NB)
+    tl.store(counts_ptr + tl.program_id(0) * NB + bins, tl.histogram(t, NB))
+
+
+@triton.jit
+def tile_scatter_kernel(tiles_ptr, counts_ptr, out_tiles_ptr, out_pairs_ptr, P, num_t,
+                        num_blocks, BLOCK: tl.constexpr, NB: tl.constexpr,
+                        COUNT_ROWS: tl.constexpr):
+    """out_tiles / out_pairs [P] int32: the tiles ascending (num_t: unfilled) and each
+    one's pair index, stable."""
+    b = tl.program_id(0)
+    bins = tl.arange(0, NB)
+    total = tl.zeros([NB], tl.int32)    # every block's pairs of tile t
+    earlier = tl.zeros([NB], tl.int32)  # the earlier blocks' pairs of tile t
+    for r0 in range(0, num_blocks, COUNT_ROWS):
+        r = r0 + tl.arange(0, COUNT_ROWS)
+        c = tl.load(counts_ptr + r[:, None] * NB + bins[None, :],
+                    mask=(r < num_blocks)[:, None], other=0)
+        total += tl.sum(c, axis=0)
+        earlier += tl.sum(tl.where((r < b)[:, None], c, 0), axis=0)
+    mine = tl.load(counts_ptr + b * NB + bins)
+    # the place of this block's first pair of tile t, less the block's pairs of lower tiles
+    # (which its sorted position counts)
+    shift = (tl.cumsum(total, 0) - total) + earlier - (tl.cumsum(mine, 0) - mine)
+    t = _block_tiles(tiles_ptr, P, num_t, BLOCK)
+    keys = tl.sort(t * BLOCK + tl.arange(0, BLOCK))
+    tile = keys // BLOCK
+    dest = tl.arange(0, BLOCK) + tl.gather(shift, tile, 0)
+    real = tile <= num_t
+    tl.store(out_tiles_ptr + dest, tile, mask=real)
+    tl.store(out_pairs_ptr + dest, b * BLOCK + keys % BLOCK, mask=real)
+
+
+def sort_tiles(tile_ids: torch.Tensor, num_t: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tiles [P] int32 ascending, pairs [P] int32: their indices into ``tile_ids``), ties
+    in index order, of the pairs' tile ids ``tile_ids`` [P] (int64; >= num_t: an unfilled
+    slot, sorted last as num_t)."""
+    flat = tile_ids.reshape(-1)
+    n_pairs = flat.numel()
+    if n_pairs >= 2 ** 31:
+        raise ValueError(f"{n_pairs} (row, tile) pairs: the sort's int32 positions take "
+                         f"fewer than 2^31; use a smaller rescan row block")
+    block = SORT_BLOCK_INTERPRETED if interpreting() else SORT_BLOCK
+    nb = next_power_of_2(num_t + 2)
+    num_blocks = cdiv(n_pairs, block)
+    dev = flat.device
+    counts = torch.empty(num_blocks, nb, dtype=torch.int32, device=dev)
+    out = torch.empty(2, n_pairs, dtype=torch.int32, device=dev)
+    if n_pairs == 0:
+        return out[0], out[1]
+    tile_histogram_kernel[(num_blocks,)](flat, counts, n_pairs, num_t, BLOCK=block, NB=nb,
+                                         num_warps=SORT_WARPS)
+    tile_scatter_kernel[(num_blocks,)](flat, counts, out[0], out[1], n_pairs, num_t,
+                                       num_blocks, BLOCK=block, NB=nb,
+                                       COUNT_ROWS=COUNT_ROWS, num_warps=SORT_WARPS)
+    return out[0], out[1]
