@@ -87,11 +87,24 @@ def mma_step(h_src, h_lo_src, w_src, w_lo_src, m0, v0, k0, N, V, H, stride_h, st
     """
     a = load_tile(h_src, m0, k0, N, H, stride_h, BLOCK_M, BLOCK_K, USE_TMA)
     b = load_tile(w_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
+    a_lo, b_lo = a, b
     if LO == 1:
         a_lo = load_tile(h_lo_src, m0, k0, N, H, stride_h, BLOCK_M, BLOCK_K, USE_TMA)
-        acc = dot_nt(a_lo, b, acc, DOT_PRECISION, UPCAST)
     elif LO == 2:
         b_lo = load_tile(w_lo_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
+    return mixed_dot(a, a_lo, b, b_lo, acc, LO, DOT_PRECISION, UPCAST)
+
+
+@triton.jit
+def mixed_dot(a, a_lo, b, b_lo, acc, LO: tl.constexpr, DOT_PRECISION: tl.constexpr,
+              UPCAST: tl.constexpr):
+    """acc + a @ b.T in mma_step's order (also the top-k rescan's, whose hidden rows are
+    gathered): ``LO`` 1, a_lo @ b.T first (a, a_lo: fp32 hidden states' hi and lo parts);
+    2, a @ b_lo.T first (the weight's); then hi's product, into the same fp32 accumulator.
+    The lo part not in use is ignored."""
+    if LO == 1:
+        acc = dot_nt(a_lo, b, acc, DOT_PRECISION, UPCAST)
+    elif LO == 2:
         acc = dot_nt(a, b_lo, acc, DOT_PRECISION, UPCAST)
     return dot_nt(a, b, acc, DOT_PRECISION, UPCAST)
 

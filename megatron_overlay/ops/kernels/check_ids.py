@@ -23,11 +23,11 @@ import torch
 import triton
 import triton.language as tl
 
+from ._record import I64_MAX, store_record
 from .launch import cdiv, check_device, next_power_of_2
 
 CHECK_BLOCK_ROWS = 32
 CHECK_BLOCK_IDS = 64
-I64_MAX = tl.constexpr(9223372036854775807)
 
 
 @triton.jit
@@ -58,11 +58,7 @@ def check_ids_kernel(ids_ptr, local_ptr, bad_rows_ptr, rec_ptr, N, K, vocab_star
         high = tl.maximum(high, tl.max(tl.where(bad, ids, -big), axis=1))
         first = tl.minimum(first, tl.min(tl.where(bad, pos, big), axis=1))
     tl.store(bad_rows_ptr + rows, row_bad.to(tl.int8), mask=in_rows)
-    rec = rec_ptr + pid * 4
-    tl.store(rec + 0, tl.sum(count, axis=0))
-    tl.store(rec + 1, tl.min(low, axis=0))
-    tl.store(rec + 2, tl.max(high, axis=0))
-    tl.store(rec + 3, tl.min(first, axis=0))
+    store_record(rec_ptr, pid, count, low, high, first)
 
 
 def check_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int, vocab_size: int, *,

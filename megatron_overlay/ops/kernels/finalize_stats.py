@@ -23,11 +23,11 @@ import torch
 import triton
 import triton.language as tl
 
+from ._record import I64_MAX, store_record
 from .launch import cdiv
 from .merge_splits import fold_parts
 
 FINALIZE_BLOCK = 256  # token rows per program
-I64_MAX = tl.constexpr(9223372036854775807)
 
 
 @triton.jit
@@ -57,11 +57,8 @@ def finalize_kernel(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr,
         tl.store(bad_ptr + rows, bad.to(tl.int8), mask=keep)
         ent = tl.where(valid, ent, 0.0)
         big = tl.full([BLOCK], I64_MAX, tl.int64)
-        rec = rec_ptr + pid * 4
-        tl.store(rec + 0, tl.sum(bad.to(tl.int64), axis=0))
-        tl.store(rec + 1, tl.min(tl.where(bad, labels, big), axis=0))
-        tl.store(rec + 2, tl.max(tl.where(bad, labels, -big), axis=0))
-        tl.store(rec + 3, tl.min(tl.where(bad, rows.to(tl.int64), big), axis=0))
+        store_record(rec_ptr, pid, bad.to(tl.int64), tl.where(bad, labels, big),
+                     tl.where(bad, labels, -big), tl.where(bad, rows.to(tl.int64), big))
     if WITH_ENTROPY:
         tl.store(ent_ptr + rows, ent, mask=keep)
 

@@ -52,7 +52,7 @@ from .. import batch_invariance
 from .logprob_forward import invariant_chunk_tiles
 from .merge_splits import merge_splits
 from .merge_topk import merge_topk
-from .topk_rescan import rescan_topk
+from .topk_rescan import rescan_block_rows, rescan_topk
 from .split_operand import split_hi_lo_into, split_rows
 
 
@@ -377,6 +377,14 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
         ROW_INV_T=inv_t_rows is not None, LOGITS_DTYPE=rounding, LO=lo,
         HAS_LABELS=labels is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
+    lists = n_tokens * k * 12  # the rows' tile lists beside the rescan (fp32 and int64)
+    if stats is None and k > 1 and (
+            cdiv(n_tokens, rescan_block_rows(k, part.numel() * 4 + lists))
+            > cdiv(n_tokens, rescan_block_rows(k, 16 * n_tokens + lists))):
+        # the chunks left for finalize would cut the rescan into more row blocks than the
+        # merged statistics (a block's programs then share fewer pairs of a tile: 9 blocks
+        # against 3 at 32768 tokens, k = 32): merge them here (finalize folds one part)
+        stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=dev)
     if stats is None:  # unmerged: the chunks, which finalize folds
         stats = part
     elif chunks > 1:
@@ -395,6 +403,5 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
 
         tile_v, tile_i = _best_k(n_tokens, k, splits * k, candidates, dev)
     del part_v, part_i
-    alive = stats.numel() * 4 + tile_v.numel() * 12  # beside the rescan: stats and tile lists
     return (stats, *rescan_topk(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma,
-                                lo, mma, rounding, alive))
+                                lo, mma, rounding, stats.numel() * 4 + lists))

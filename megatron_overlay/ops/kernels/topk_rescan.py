@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._tiles import dot_nt, load_tile, round_logits
+from ._tiles import load_tile, mixed_dot, round_logits
 from .launch import (cdiv, dot_precision, interpreting, inv_t_args, next_power_of_2,
                      tile_source, upcast_dot)
 from .merge_topk import merge_topk
@@ -58,6 +58,12 @@ RESCAN_BUDGET_BYTES = 16 << 20
 def rescan_row_bytes(k: int) -> int:
     """The rescan's memory a row of a launch (its candidates and sorted pairs)."""
     return 8 * (k * (k + 1) // 2) + 8 * k
+
+
+def rescan_block_rows(k: int, alive_bytes: int) -> int:
+    """Rows a rescan launch takes beside ``alive_bytes`` of the caller's buffers."""
+    budget = max(RESCAN_BUDGET_BYTES, FORWARD_EXTRA_BYTES - alive_bytes)
+    return max(1, budget // rescan_row_bytes(k))
 
 
 @triton.jit
@@ -122,13 +128,12 @@ def rescan_kernel(
         for k0 in range(0, H, BLOCK_K):
             b = load_tile(w_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
             a = _gather_rows(h_ptr, row, k0, H, stride_h, BLOCK_R, BLOCK_K)
+            a_lo, b_lo = a, b
             if LO == 1:
                 a_lo = _gather_rows(h_lo_ptr, row, k0, H, stride_h, BLOCK_R, BLOCK_K)
-                acc = dot_nt(a_lo, b, acc, DOT_PRECISION, UPCAST_DOT)
             elif LO == 2:
                 b_lo = load_tile(w_lo_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
-                acc = dot_nt(a, b_lo, acc, DOT_PRECISION, UPCAST_DOT)
-            acc = dot_nt(a, b, acc, DOT_PRECISION, UPCAST_DOT)
+            acc = mixed_dot(a, a_lo, b, b_lo, acc, LO, DOT_PRECISION, UPCAST_DOT)
         acc = round_logits(acc, LOGITS_DTYPE)
         real = (v0 + col)[None, :] < V
         acc = tl.where(real, acc, float("-inf"))
@@ -160,8 +165,7 @@ def rescan_topk(h_parts, w_parts, tile_v: torch.Tensor, tile_i: torch.Tensor,
     dev = tile_v.device
     values = torch.empty(n_rows, k, dtype=torch.float32, device=dev)
     ids = torch.empty(n_rows, k, dtype=torch.int64, device=dev)
-    budget = max(RESCAN_BUDGET_BYTES, FORWARD_EXTRA_BYTES - alive_bytes)
-    block = max(1, budget // rescan_row_bytes(k))
+    block = rescan_block_rows(k, alive_bytes)
     per_row_t = isinstance(inv_temperature, torch.Tensor)
     for r0 in range(0, n_rows, block):
         rows = slice(r0, r0 + block)

@@ -1,0 +1,18 @@
+"""The label check's record, one row a program (ops/label_check.py reads the rows): shared
+by the kernels that check ids (finalize_stats.py for labels, check_ids.py for given ids)."""
+
+import triton
+import triton.language as tl
+
+I64_MAX = tl.constexpr(9223372036854775807)
+
+
+@triton.jit
+def store_record(rec_ptr, pid, count, low, high, first):
+    """Row ``pid``: the bad ids' count, smallest and largest id, and first position,
+    reduced over the program's partials (vectors of one shape: per row, or per id)."""
+    rec = rec_ptr + pid * 4
+    tl.store(rec + 0, tl.sum(count, axis=0))
+    tl.store(rec + 1, tl.min(low, axis=0))
+    tl.store(rec + 2, tl.max(high, axis=0))
+    tl.store(rec + 3, tl.min(first, axis=0))
