@@ -22,8 +22,8 @@ of the GPU once per microbatch) and breaks ``torch.cuda.graph`` capture. So:
     2. ``check_labels()``, which waits for every pending record (call it where you sync
        anyway, e.g. where the loss is read back).
   Inside CUDA-graph capture the record goes to device memory (a write to the host is
-  not replayable as a check); it stays on the device and ``check_labels()`` reads the latest one of
-  each captured call after a replay.
+  not replayable as a check); it stays on the device and ``check_labels()`` reads the
+  latest one of each captured call after a replay.
 
 The vocab ids of ``linear_logprobs_at`` / ``fused_logprobs_at`` (``token_ids`` [N, K]) go
 the same way (the stages' ``check_ids`` makes the record, ``defer_ids`` queues it,

@@ -96,8 +96,8 @@ def rescan_kernel(
     OPAQUE_COLUMNS: tl.constexpr,
 ):
     """``tiles_ptr`` [P] int32: the pairs' tiles, ascending (the tile count: an unfilled
-    slot); ``pairs_ptr`` [P] int32: each pair's row * K + place; ``tile_v_ptr`` [N, K]: the rows'
-    candidate tiles' raw maxima, descending (the last is thr). Raw logits (before the
+    slot); ``pairs_ptr`` [P] int32: each pair's row * K + place; ``tile_v_ptr`` [N, K]: the
+    rows' candidate tiles' raw maxima, descending (the last is thr). Raw logits (before the
     temperature) are compared, and scaled by the row's inv_t when stored."""
     pos = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     live = pos < P
