@@ -111,3 +111,37 @@ def test_forward_only_keeps_memory_small():
     extra = torch.cuda.max_memory_allocated() - base
     # per-split statistics (capped by PARTIAL_STATS_BUDGET_BYTES) and their merge
     assert extra < 64 * 2**20, f"forward allocated {extra / 2**20:.1f} MiB"
+
+
+def test_cached_launch_specializes_like_triton():
+    """kernels.launch.launch (compiled kernels kept under its own key, launched without
+    JITFunction.run) against ``kernel[grid]`` on argument lists Triton compiles apart: an
+    unaligned pointer, a length of 1 (compiled in as a constant), lengths divisible by 16 or
+    not. Each list runs twice through ``launch`` (a miss, then a hit) and the outputs are
+    bit for bit Triton's own launch's."""
+    from megatron_overlay.ops.kernels import launch as launch_mod
+    from megatron_overlay.ops.kernels.split_operand import SPLIT_BLOCK, split_kernel
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(3 * SPLIT_BLOCK + 64, device="cuda", generator=g)
+    for key in [k for k in launch_mod._compiled if k[0] is split_kernel]:
+        del launch_mod._compiled[key]  # other tests' entries
+    # (offset into x in fp32 elements: 1 is unaligned, 4 is 16 bytes; length); the last
+    # three reuse earlier keys: (4, 4099) (0, 17)'s, (0, 1) itself, (1, 17) (1, 4097)'s
+    cases = [(0, 1), (0, 16), (0, 17), (1, 1), (1, 16), (1, 4097), (4, 2 * SPLIT_BLOCK + 3),
+             (0, 1), (1, 17)]
+    for offset, n in cases:
+        src = x[offset:offset + n]
+        grid = (-(-n // SPLIT_BLOCK),)
+        want = torch.full((2, n + 1), 7.0, device="cuda", dtype=torch.bfloat16)
+        split_kernel[grid](src, want[0], want[1], n, BLOCK=SPLIT_BLOCK)
+        for attempt in ("miss", "hit"):
+            got = torch.full((2, n + 1), 7.0, device="cuda", dtype=torch.bfloat16)
+            before = len(launch_mod._compiled)
+            launch_mod.launch(split_kernel, grid, src, got[0], got[1], n, BLOCK=SPLIT_BLOCK)
+            if attempt == "hit":
+                assert len(launch_mod._compiled) == before
+            assert torch.equal(got, want), (offset, n, attempt)
+    # one entry a specialization: the input aligned or not x the length 1, a multiple of
+    # 16, or neither (the outputs' second rows are unaligned throughout)
+    keys = [k for k in launch_mod._compiled if k[0] is split_kernel]
+    assert len(keys) == 6

@@ -4,8 +4,8 @@ Per shape (N tokens, H hidden, V vocab; bf16, T = 0.7) and k, against the GEMM f
 with the two backward GEMMs): topk_ours (linear_topk_logprobs) and topk_torch (torch.topk
 of fp32 log_softmax) forward; at_ours (linear_logprobs_at at ids [N, k]) forward;
 at_ours_fb and at_torch_fb (log_softmax gather) forward+backward. Timed by
-tools/bench/timing.py (bursts; ``host_ms``: a call's enqueue time, the GPU busy ahead of
-it), with ``--sync`` also as single synchronized calls (``sync_ms``, ``sync_x``: the
+tools/bench/timing.py (bursts; ``host_ms``: a call's enqueue time over a burst's first
+calls, timing.HOST_CALLS), with ``--sync`` also as single synchronized calls (``sync_ms``, ``sync_x``: the
 other protocol), then peak extra memory (for top-k, also beyond its outputs) and checks of
 the first rows against fp64. ``--baseline DIR``: DIR/megatron_overlay_base (the package of
 another commit, as for ``op --baseline``) runs beside ours as topk_base / at_base /

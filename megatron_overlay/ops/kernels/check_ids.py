@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from ._record import I64_MAX, store_record
-from .launch import cdiv, check_device, next_power_of_2
+from .launch import cdiv, check_device, launch, next_power_of_2
 
 CHECK_BLOCK_ROWS = 32
 CHECK_BLOCK_IDS = 64
@@ -78,7 +78,7 @@ def check_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int, vocab_size:
         bad_rows.zero_()
         rec.zero_()
     elif n:
-        check_ids_kernel[(programs,)](
+        launch(check_ids_kernel, (programs,),
             ids.contiguous(), local, bad_rows, rec, n, k, vocab_start, local_vocab, vocab_size,
             BLOCK_ROWS=CHECK_BLOCK_ROWS,
             BLOCK_IDS=min(CHECK_BLOCK_IDS, max(2, next_power_of_2(k))))

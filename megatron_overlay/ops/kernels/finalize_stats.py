@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from ._record import I64_MAX, store_record
-from .launch import cdiv
+from .launch import cdiv, launch
 from .merge_splits import fold_parts
 
 FINALIZE_BLOCK = 256  # token rows per program
@@ -91,7 +91,7 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
     if n_tokens == 0:
         return lse, mean_z, entropy, log_probs, valid, bad, rec
     stats = stats.contiguous()
-    finalize_kernel[(programs,)](
+    launch(finalize_kernel, (programs,),
         stats, labels if has_labels else stats, lse, mean_z if with_entropy else lse,
         entropy if with_entropy else lse, log_probs if has_labels else lse,
         flags[0] if has_labels else lse, flags[1] if has_labels else lse,

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from ._tiles import round_logits
-from .launch import (cdiv, check_device, interpreting, inv_t_args, logits_rounding,
+from .launch import (cdiv, check_device, interpreting, inv_t_args, launch, logits_rounding,
                      next_power_of_2, rowmajor)
 
 # ids per program and hidden columns per step ([32, 256] fp32 products: 64 registers a
@@ -66,9 +66,9 @@ def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tenso
     inv_t_rows, inv_t = inv_t_args(inv_temperature)
     block_i = max(2, min(GATHER_BLOCK_IDS, next_power_of_2(k)))
     grid = (n, cdiv(k, block_i))
-    gather_dot_kernel[grid](hidden, weight, ids, out if inv_t_rows is None else inv_t_rows, out,
-                            hidden.shape[1], k, hidden.stride(0), weight.stride(0), inv_t,
-                            ROW_INV_T=inv_t_rows is not None, BLOCK_I=block_i,
-                            BLOCK_H=16 if interpreting() else GATHER_BLOCK_H,
-                            LOGITS_DTYPE=rounding, num_warps=4)
+    launch(gather_dot_kernel, grid, hidden, weight, ids,
+           out if inv_t_rows is None else inv_t_rows, out, hidden.shape[1], k, hidden.stride(0),
+           weight.stride(0), inv_t, ROW_INV_T=inv_t_rows is not None, BLOCK_I=block_i,
+           BLOCK_H=16 if interpreting() else GATHER_BLOCK_H, LOGITS_DTYPE=rounding,
+           num_warps=4)
     return out

@@ -4,6 +4,9 @@ Paths, picked per call: on Hopper (sm_90+) with 16-byte-aligned rows the kernels
 through TMA tensor descriptors; elsewhere, and under ``TRITON_INTERPRET=1`` (whose
 descriptor loads are wrong for 16-bit dtypes in Triton 3.7), through plain pointer loads.
 The math is the same code either way (``_tiles.load_tile``).
+
+Launches: ``launch(kernel, grid, *args, **constexprs)`` is ``kernel[grid](...)`` through a
+cache of the compiled kernels (below).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import functools
 
 import torch
 import triton.language as tl
+from triton.runtime import driver
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from . import autotune_configs
@@ -148,3 +152,80 @@ def inv_t_args(inv_temperature):
     if isinstance(inv_temperature, torch.Tensor):
         return inv_temperature.to(torch.float32).contiguous(), 1.0
     return None, float(inv_temperature)
+
+
+# ----------------------------------------------------------------------------- launches
+# ``kernel[grid](...)`` spends ~28 us of host time in Triton's JITFunction.run before the
+# launcher proper (Triton 3.6 on an H200; docs/BENCHMARKS.md): it binds every argument into
+# a dict, specializes each through the backend, builds and hashes the cache key, checks the
+# kernel's globals and makes launch metadata; a forward call launches 2-8 kernels. ``launch``
+# keeps each compiled kernel under its own key (the kernel, the constexprs and options as
+# passed, the current device, and each runtime argument's specialization as Triton derives
+# it: ``_specialization``) and calls the compiled kernel's launcher directly, as
+# ``CompiledKernel.__getitem__`` does. A miss, the interpreter, and launch hooks (a
+# profiler's) go through ``kernel[grid]``; so does an argument type the key does not know.
+_compiled: dict = {}   # key -> (CompiledKernel, the parameters after the positional ones)
+_I32_MIN, _I32_MAX, _U64_MIN = -2 ** 31, 2 ** 31 - 1, 2 ** 63
+
+
+def _int_specialization(a: int):
+    # Triton: 1 is compiled in as a constant; multiples of 16 are marked divisible; the
+    # value picks i32, i64 or u64
+    if a == 1:
+        return 1
+    width = 0 if _I32_MIN <= a <= _I32_MAX else 1 if a < _U64_MIN else 2
+    return (a % 16 == 0, width)
+
+
+def _tensor_specialization(t: torch.Tensor):
+    return (t.dtype, t.data_ptr() % 16 == 0)  # divisibility of the address by 16
+
+
+def _descriptor_specialization(d: TensorDescriptor):
+    return (d.base.dtype, tuple(d.block_shape), d.padding)
+
+
+_SPECIALIZATION = {
+    torch.Tensor: _tensor_specialization, torch.nn.Parameter: _tensor_specialization,
+    int: _int_specialization, bool: lambda a: bool,  # one type whatever the value
+    float: lambda a: float, type(None): lambda a: None,
+    TensorDescriptor: _descriptor_specialization,
+}
+
+
+def _specialization(args) -> tuple | None:
+    """A key that tells apart every two argument lists Triton would compile apart (never
+    fewer: ``test_launch_key_refines_tritons``); None for a type it does not know."""
+    try:
+        return tuple([_SPECIALIZATION[type(a)](a) for a in args])
+    except KeyError:
+        return None
+
+
+def launch(kernel, grid: tuple, *args, **constexprs) -> None:
+    """``kernel[grid](*args, **constexprs)``: runtime arguments positional, constexprs and
+    launch options (num_warps, ...) by keyword."""
+    if interpreting() or _hooked():
+        kernel[grid](*args, **constexprs)
+        return
+    spec = _specialization(args)
+    device = driver.active.get_current_device()
+    key = None if spec is None else (kernel, device, tuple(constexprs.items()), spec)
+    hit = _compiled.get(key) if key is not None else None
+    if hit is None:
+        compiled = kernel[grid](*args, **constexprs)
+        if key is not None and hasattr(compiled, "packed_metadata"):
+            params = kernel.params[len(args):]
+            _compiled[key] = (compiled, [(p.name, p.default) for p in params])
+        return
+    compiled, tail = hit
+    values = (*args, *[constexprs.get(name, default) for name, default in tail])
+    compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+                 driver.active.get_current_stream(device), compiled.function,
+                 compiled.packed_metadata, None, None, None, *values)
+
+
+def _hooked() -> bool:
+    from triton import knobs
+    return (knobs.runtime.launch_enter_hook is not None
+            or knobs.runtime.launch_exit_hook is not None)

@@ -35,9 +35,9 @@ from . import autotune_configs
 from ._tiles import grouped_ids, mma_step, round_logits
 from .autotune_configs import KernelConfig
 from .gemm_fp32 import matmul_fp32
-from .launch import (cdiv, check_device, default_tma, dot_precision, interpreting, inv_t_args,
-                     lo_operand, logits_rounding, mma_dtype, rowmajor, sm_count, tile_source,
-                     tma_aligned, upcast_dot)
+from .launch import (cdiv, check_device, default_tma, dot_precision, interpreting,
+                     inv_t_args, launch, lo_operand, logits_rounding, mma_dtype, rowmajor,
+                     sm_count, tile_source, tma_aligned, upcast_dot)
 from .sparse_grad import add_sparse_grad
 from .split_operand import split_hi_lo_into
 
@@ -254,7 +254,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             progs = min(num_tiles, sm_count(dev)) if cfg.persistent else num_tiles
             h_src = tile_source(h_hi, [cfg.block_m, cfg.block_k], chunk_tma)
             w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], chunk_tma)
-            grad_logits_kernel[(progs,)](
+            launch(grad_logits_kernel, (progs,),
                 h_src, tile_source(h_lo, [cfg.block_m, cfg.block_k], chunk_tma) if split_h
                 else h_src,
                 w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], chunk_tma) if split_w

@@ -49,9 +49,9 @@ from . import autotune_configs
 from ._online_stats import empty_stats, fold_max, label_logit, pad_tile, store_stats, work_item
 from ._tiles import mma_step, round_logits
 from .autotune_configs import KernelConfig
-from .launch import (cdiv, check_device, default_tma, dot_precision, interpreting, inv_t_args,
-                     lo_operand, logits_rounding, mma_dtype, rowmajor, sm_count, tile_source,
-                     upcast_dot)
+from .launch import (cdiv, check_device, default_tma, dot_precision, interpreting,
+                     inv_t_args, launch, lo_operand, logits_rounding, mma_dtype, rowmajor,
+                     sm_count, tile_source, upcast_dot)
 from .merge_splits import merge_splits
 from .split_operand import split_hi_lo_into, split_rows
 
@@ -267,7 +267,7 @@ class _Launch:
             inv_t_rows = self.inv_t_rows
             if inv_t_rows is not None and not one_block:
                 inv_t_rows = inv_t_rows[r0:r0 + rows]
-            forward_stats_kernel[(cdiv(rows, cfg.block_m) * splits,)](
+            launch(forward_stats_kernel, (cdiv(rows, cfg.block_m) * splits,),
                 h_src, h_lo_src, w_src, w_lo_src,
                 out if labels is None else labels if one_block else labels[r0:r0 + rows],
                 out, out if inv_t_rows is None else inv_t_rows,

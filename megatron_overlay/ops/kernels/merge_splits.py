@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import cdiv
+from .launch import cdiv, launch
 
 MERGE_BLOCK = 256  # token rows per program
 
@@ -58,5 +58,5 @@ def merge_splits_kernel(part_ptr, stats_ptr, N, num_splits,
 def merge_splits(part: torch.Tensor, stats: torch.Tensor, with_entropy: bool) -> None:
     """[S, rows, 4] per-split statistics -> ``stats`` [rows, 4]."""
     n_rows = stats.shape[0]
-    merge_splits_kernel[(cdiv(n_rows, MERGE_BLOCK),)](
+    launch(merge_splits_kernel, (cdiv(n_rows, MERGE_BLOCK),),
         part, stats, n_rows, part.shape[0], WITH_ENTROPY=with_entropy, BLOCK=MERGE_BLOCK)

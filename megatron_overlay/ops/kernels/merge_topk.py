@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from ..topk_merge import PAD_ID
-from .launch import cdiv, next_power_of_2
+from .launch import cdiv, launch, next_power_of_2
 
 # Candidates a program holds: rows per program = this // the candidates a row has (>= 1).
 MERGE_TOPK_ELEMENTS = 4096
@@ -78,7 +78,7 @@ def merge_topk(part_v: torch.Tensor, part_i: torch.Tensor, vocab: int, k: int | 
         torch.empty(n_rows, k, dtype=torch.int64, device=part_v.device))
     width = next_power_of_2(splits * width_split)
     block_r = max(1, min(64, MERGE_TOPK_ELEMENTS // width))
-    merge_topk_kernel[(cdiv(n_rows, block_r),)](
+    launch(merge_topk_kernel, (cdiv(n_rows, block_r),),
         part_v, part_i, values, ids, n_rows, vocab, width_split, k, splits,
         BLOCK_R=block_r, WIDTH=width, PAD=PAD_ID, num_warps=4 if width <= 1024 else 8)
     return values, ids

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import next_power_of_2
+from .launch import launch, next_power_of_2
 
 
 @triton.jit
@@ -52,7 +52,7 @@ def add_sparse_grad(grad: torch.Tensor, ids: torch.Tensor, vals: torch.Tensor, v
     (``inv_t_rows`` [rows] fp32, else ``inv_t``) and ``scale`` (a 1-element fp32 tensor:
     the fp16 buffer's, logprob_backward.py) when given."""
     k = ids.shape[1]
-    add_sparse_grad_kernel[(grad.shape[0],)](
+    launch(add_sparse_grad_kernel, (grad.shape[0],),
         grad, grad.stride(0), ids, vals, vals if inv_t_rows is None else inv_t_rows,
         vals if scale is None else scale, k, v0, width, inv_t, KP=next_power_of_2(k),
         ROW_INV_T=inv_t_rows is not None, HAS_SCALE=scale is not None)

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ._tiles import split_hi_lo
-from .launch import cdiv
+from .launch import cdiv, launch
 
 # The halves of one token block or vocab chunk (2 x 2 bytes an element): 16384 rows at H = 4096.
 SPLIT_BUDGET_BYTES = 256 << 20
@@ -53,5 +53,6 @@ def split_hi_lo_into(x: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, 
     hi, lo = out[0, :rows], out[1, :rows]
     x = x.contiguous()
     if x.numel():
-        split_kernel[(cdiv(x.numel(), SPLIT_BLOCK),)](x, hi, lo, x.numel(), BLOCK=SPLIT_BLOCK)
+        launch(split_kernel, (cdiv(x.numel(), SPLIT_BLOCK),), x, hi, lo, x.numel(),
+               BLOCK=SPLIT_BLOCK)
     return hi, lo

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import cdiv, interpreting, next_power_of_2
+from .launch import cdiv, interpreting, launch, next_power_of_2
 
 # Pairs a block (one program of each kernel, one tl.sort): 4096 keeps the blocks few (64 at
 # 8192 tokens and k = 32) and the sort in registers. The interpreter: small blocks, so
@@ -100,9 +100,8 @@ def sort_tiles(tile_ids: torch.Tensor, num_t: int) -> tuple[torch.Tensor, torch.
     out = torch.empty(2, n_pairs, dtype=torch.int32, device=dev)
     if n_pairs == 0:
         return out[0], out[1]
-    tile_histogram_kernel[(num_blocks,)](flat, counts, n_pairs, num_t, BLOCK=block, NB=nb,
-                                         num_warps=SORT_WARPS)
-    tile_scatter_kernel[(num_blocks,)](flat, counts, out[0], out[1], n_pairs, num_t,
-                                       num_blocks, BLOCK=block, NB=nb,
-                                       COUNT_ROWS=COUNT_ROWS, num_warps=SORT_WARPS)
+    launch(tile_histogram_kernel, (num_blocks,), flat, counts, n_pairs, num_t, BLOCK=block,
+           NB=nb, num_warps=SORT_WARPS)
+    launch(tile_scatter_kernel, (num_blocks,), flat, counts, out[0], out[1], n_pairs, num_t,
+           num_blocks, BLOCK=block, NB=nb, COUNT_ROWS=COUNT_ROWS, num_warps=SORT_WARPS)
     return out[0], out[1]

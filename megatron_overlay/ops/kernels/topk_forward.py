@@ -45,9 +45,9 @@ from . import autotune_configs
 from ._online_stats import empty_stats, fold_max, label_logit, pad_tile, store_stats, work_item
 from ._tiles import mma_step, round_logits
 from .autotune_configs import KernelConfig
-from .launch import (cdiv, check_device, default_tma, dot_precision, interpreting, inv_t_args,
-                     lo_operand, logits_rounding, mma_dtype, next_power_of_2, rowmajor,
-                     sm_count, tile_source, upcast_dot)
+from .launch import (cdiv, check_device, default_tma, dot_precision, interpreting,
+                     inv_t_args, launch, lo_operand, logits_rounding, mma_dtype,
+                     next_power_of_2, rowmajor, sm_count, tile_source, upcast_dot)
 from .. import batch_invariance
 from .logprob_forward import invariant_chunk_tiles
 from .merge_splits import merge_splits
@@ -364,7 +364,7 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     inv_t_rows, inv_t = inv_t_args(inv_temperature)
     h_src = tile_source(h_hi, [cfg.block_m, cfg.block_k], tma)
     w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], tma)
-    topk_stats_kernel[(num_m * splits,)](
+    launch(topk_stats_kernel, (num_m * splits,),
         h_src, tile_source(h_lo, [cfg.block_m, cfg.block_k], tma) if lo == 1 else h_src,
         w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], tma) if lo == 2 else w_src,
         part if labels is None else labels, part, part_v, part_i,

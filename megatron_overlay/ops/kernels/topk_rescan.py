@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from ._tiles import load_tile, mixed_dot, round_logits
-from .launch import (cdiv, dot_precision, interpreting, inv_t_args, next_power_of_2,
+from .launch import (cdiv, dot_precision, interpreting, inv_t_args, launch, next_power_of_2,
                      tile_source, upcast_dot)
 from .merge_topk import merge_topk
 from .tile_sort import sort_tiles
@@ -188,7 +188,7 @@ def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma
     rows = RESCAN_ROWS_INTERPRETED if interpreting() else RESCAN_ROWS
     w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], tma)
     inv_t_rows, inv_t = inv_t_args(inv_temperature)
-    rescan_kernel[(cdiv(n_rows * k, rows),)](
+    launch(rescan_kernel, (cdiv(n_rows * k, rows),),
         h_hi, h_lo, w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], tma) if lo == 2
         else w_src, tiles, pairs, tile_v, tile_v if inv_t_rows is None else inv_t_rows,
         cand_v, cand_i, vocab, hidden_size, k, n_rows * k, h_hi.stride(0), w_hi.stride(0),
