@@ -71,3 +71,25 @@ def test_launch_key_refuses_unknown_types():
         pass
     assert launch._specialization([object()]) is None
     assert launch._specialization([torch.zeros(2).as_subclass(Tensorish)]) is None
+
+
+def test_launch_sees_hooks():
+    """A profiler's launch hook sends launches through Triton's own path (which calls it);
+    Triton's empty hook chains do not."""
+    from triton import knobs
+    assert not launch._hooked()
+    chain = knobs.runtime.launch_enter_hook
+    hook = lambda metadata: None  # noqa: E731
+    if hasattr(chain, "add"):
+        chain.add(hook)
+        try:
+            assert launch._hooked()
+        finally:
+            chain.remove(hook)
+    else:
+        knobs.runtime.launch_enter_hook = hook
+        try:
+            assert launch._hooked()
+        finally:
+            knobs.runtime.launch_enter_hook = chain
+    assert not launch._hooked()

@@ -226,6 +226,8 @@ def launch(kernel, grid: tuple, *args, **constexprs) -> None:
 
 
 def _hooked() -> bool:
+    """A launch hook is set (a profiler's). Triton 3.5+ keeps them in a ``HookChain``
+    (never None: its ``calls`` may be empty); older ones in a plain attribute."""
     from triton import knobs
-    return (knobs.runtime.launch_enter_hook is not None
-            or knobs.runtime.launch_exit_hook is not None)
+    hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+    return any(getattr(h, "calls", h) for h in hooks)
