@@ -10,7 +10,8 @@
     split_operand.py      mixed operands: an fp32 operand as 16-bit hi + lo halves
     _online_stats.py      device helpers of both forward kernels (work item, folds, stores)
     _tiles.py             device tile helpers (TMA or pointer loads, grouped tile order)
-    launch.py             host helpers of every launcher (devices, load paths, arguments)
+    launch.py             host helpers of every launcher (devices, load paths, arguments,
+                          and launch(): kernel[grid] through a cache of compiled kernels)
     autotune_configs.py   block shapes, warps, stages, loop forms, and the named budgets
     triton_impl.py        the log-prob stages as one implementation (ops/stages.py)
     triton_topk.py        the top-k stage as one implementation
