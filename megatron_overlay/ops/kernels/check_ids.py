@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._record import I64_MAX, store_record
+from ._record import I64_MAX, record_buffer, store_record
 from .launch import cdiv, check_device, launch, next_power_of_2
 
 CHECK_BLOCK_ROWS = 32
@@ -72,8 +72,7 @@ def check_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int, vocab_size:
     programs = cdiv(n, CHECK_BLOCK_ROWS)
     local = torch.empty(n, k, dtype=torch.int64, device=dev)
     bad_rows = torch.empty(n, dtype=torch.int8, device=dev)
-    rec = record_alloc(programs, dev) if record_alloc is not None and programs else \
-        torch.empty(programs, 4, dtype=torch.int64, device=dev)
+    rec = record_buffer(programs, dev, record_alloc)
     if n and not k:  # no ids: no bad row
         bad_rows.zero_()
         rec.zero_()

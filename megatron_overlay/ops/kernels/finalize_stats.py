@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._record import I64_MAX, store_record
+from ._record import I64_MAX, record_buffer, store_record
 from .launch import cdiv, launch
 from .merge_splits import fold_parts
 
@@ -86,8 +86,7 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
     else:
         flags = torch.empty(2, n_tokens, dtype=torch.int8, device=dev)
         valid, bad = flags.view(torch.bool).unbind(0)
-        rec = record_alloc(programs, dev) if record_alloc is not None and programs else \
-            torch.empty(programs, 4, dtype=torch.int64, device=dev)  # a row per program
+        rec = record_buffer(programs, dev, record_alloc)  # a row per program
     if n_tokens == 0:
         return lse, mean_z, entropy, log_probs, valid, bad, rec
     stats = stats.contiguous()

@@ -16,6 +16,11 @@ import functools
 import torch
 import triton.language as tl
 from triton.runtime import driver
+
+try:
+    from triton import knobs as _knobs  # Triton >= 3.4; imported once: launch() is hot
+except ImportError:
+    _knobs = None
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from . import autotune_configs
@@ -227,7 +232,10 @@ def launch(kernel, grid: tuple, *args, **constexprs) -> None:
 
 def _hooked() -> bool:
     """A launch hook is set (a profiler's). Triton 3.5+ keeps them in a ``HookChain``
-    (never None: its ``calls`` may be empty); older ones in a plain attribute."""
-    from triton import knobs
-    hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+    (never None: its ``calls`` may be empty), 3.4 in a plain attribute; older Tritons
+    have no ``knobs`` (their hooks sit elsewhere): they always launch through
+    ``kernel[grid]``."""
+    if _knobs is None:
+        return True
+    hooks = (_knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook)
     return any(getattr(h, "calls", h) for h in hooks)
