@@ -65,11 +65,14 @@ class LinearLogprobEntropy(torch.autograd.Function):
         d_hidden, d_weight = ctx.impl.backward(
             hidden, weight, local_labels, ctx.inv_t, lse, mean_z, g_lp, g_h,
             d_weight_dtype=weight.dtype, d_hidden_dtype=None if ctx.tp else hidden.dtype,
-            logits_dtype=ctx.params.logits_dtype)
-        if ctx.tp:  # each shard holds part of d_hidden: complete it on every rank
-            dist.all_reduce(d_hidden, group=ctx.tp_group)
-        d_hidden = d_hidden.to(hidden.dtype) if ctx.needs_input_grad[0] else None
-        d_weight = d_weight.to(weight.dtype) if ctx.needs_input_grad[1] else None
+            logits_dtype=ctx.params.logits_dtype, need_d_hidden=ctx.needs_input_grad[0],
+            need_d_weight=ctx.needs_input_grad[1])
+        if d_hidden is not None:
+            if ctx.tp:  # each shard holds part of d_hidden: complete it on every rank
+                dist.all_reduce(d_hidden, group=ctx.tp_group)
+            d_hidden = d_hidden.to(hidden.dtype)
+        if d_weight is not None:
+            d_weight = d_weight.to(weight.dtype)
         if hidden.is_cuda:
             label_check.poll()
         return d_hidden, d_weight, None, None, None

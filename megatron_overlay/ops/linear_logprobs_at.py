@@ -39,11 +39,15 @@ def backward_at_ids(impl, hidden, weight, local_ids, inv_t, lse, mean_z, grad_at
                                        mean_z if grad_entropy is not None else None,
                                        grad_at_ids.sum(dim=1), grad_entropy,
                                        d_weight_dtype=weight.dtype, sparse_ids=local_ids,
-                                       sparse_grads=grad_at_ids, logits_dtype=logits_dtype)
-    if tp_group is not None:  # each shard holds part of d_hidden: complete it on every rank
-        dist.all_reduce(d_hidden, group=tp_group)
-    d_hidden = d_hidden.to(hidden.dtype) if needs_input_grad[0] else None
-    d_weight = d_weight.to(weight.dtype) if needs_input_grad[1] else None
+                                       sparse_grads=grad_at_ids, logits_dtype=logits_dtype,
+                                       need_d_hidden=needs_input_grad[0],
+                                       need_d_weight=needs_input_grad[1])
+    if d_hidden is not None:
+        if tp_group is not None:  # each shard holds part of d_hidden: complete it everywhere
+            dist.all_reduce(d_hidden, group=tp_group)
+        d_hidden = d_hidden.to(hidden.dtype)
+    if d_weight is not None:
+        d_weight = d_weight.to(weight.dtype)
     return d_hidden, d_weight
 
 

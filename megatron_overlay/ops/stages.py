@@ -89,7 +89,8 @@ class LogprobStages(Protocol):
                  sparse_ids: torch.Tensor | None = None,
                  sparse_grads: torch.Tensor | None = None,
                  logits_dtype: torch.dtype | None = None,
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+                 need_d_hidden: bool = True, need_d_weight: bool = True,
+                 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(d_hidden [N, H] partial over this shard, d_weight [V, H]) of
         sum grad_logprob * log p[label] + sum grad_entropy * H (lse, mean_z = E_p[z]
         [N]: from the merged statistics; mean_z and grad_entropy None without entropy),
@@ -97,7 +98,9 @@ class LogprobStages(Protocol):
         ``sparse_ids`` [N, K] (local ids, or -1) with ``sparse_grads`` [N, K] fp32 add
         sum_i sparse_grads[n, i] 1[j = sparse_ids[n, i]] to d(loss)/dz, the indicator
         terms of log-probs at several ids per token (repeats add up); used by
-        linear_logprobs_at / linear_topk_logprobs with local_labels None."""
+        linear_logprobs_at / linear_topk_logprobs with local_labels None.
+        ``need_d_hidden`` / ``need_d_weight`` False: that gradient is None, its GEMM not
+        run (a frozen head or input: a third of the backward's work each)."""
         ...
 
     def check_ids(self, ids: torch.Tensor, vocab_start: int, local_vocab: int,

@@ -133,6 +133,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
              d_hidden_dtype: torch.dtype | None = None,
              sparse_ids: torch.Tensor | None = None, sparse_grads: torch.Tensor | None = None,
              logits_dtype: torch.dtype | None = None,
+             need_d_hidden: bool = True, need_d_weight: bool = True,
              token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK):
     """d/dz log p[y] = 1[j=y] - p_j;  d/dz H = -p_j (z_j - E_p[z]);  dz/d(logit) = 1/T.
     With ``logits_dtype`` p comes from the rounded logits, as the forward's, and the
@@ -140,8 +141,12 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
     if local_labels is None:
         local_labels = torch.full((n_tokens,), -1, dtype=torch.int64, device=hidden.device)
-    d_hidden = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
-    d_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+    d_hidden = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device) \
+        if need_d_hidden else None
+    d_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) \
+        if need_d_weight else None
+    if d_hidden is None and d_weight is None:
+        return None, None
     for n0 in range(0, n_tokens, token_chunk):
         sl = slice(n0, n0 + token_chunk)
         h = hidden[sl].float()
@@ -163,10 +168,12 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                 grad_z.scatter_add_(1, (ids - v0).clamp(0, z.shape[1] - 1),
                                     torch.where(here, sparse_grads[sl].float(), 0.0))
             grad_z *= inv_t
-            d_hidden[sl] += grad_z @ w
-            d_weight[v0:v0 + vocab_chunk] += grad_z.T @ h
-    return (d_hidden.to(d_hidden_dtype or torch.float32),
-            d_weight.to(d_weight_dtype or torch.float32))
+            if d_hidden is not None:
+                d_hidden[sl] += grad_z @ w
+            if d_weight is not None:
+                d_weight[v0:v0 + vocab_chunk] += grad_z.T @ h
+    return (None if d_hidden is None else d_hidden.to(d_hidden_dtype or torch.float32),
+            None if d_weight is None else d_weight.to(d_weight_dtype or torch.float32))
 
 
 def check_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int, vocab_size: int, *,

@@ -99,6 +99,56 @@ def test_op_matches_torch_impl(monkeypatch):
         assert ((a - b).abs().max() / b.abs().max()) < 2e-2
 
 
+def _bf16_spacing(x: torch.Tensor) -> torch.Tensor:
+    """The distance between neighbouring bf16 values at |x| (8 significant bits)."""
+    return torch.exp2(torch.floor(torch.log2(x.abs().clamp_min(2.0 ** -120))) - 7)
+
+
+def test_direct_d_hidden_is_one_rounding(monkeypatch):
+    """A bf16 d_hidden whose vocab fits one chunk comes out of one cuBLAS product in bf16
+    (autotune_configs.BACKWARD_DIRECT_D_HIDDEN): within a bf16 spacing of the fp32
+    d_hidden everywhere (one rounding; a 16-bit reduction of split-K partials over the
+    152k products a value would not be), as through the fp32 accumulator; d_weight as
+    before, bit for bit."""
+    from megatron_overlay.ops.kernels import autotune_configs
+
+    n, h, v = 256, 512, 151936
+    hidden, weight, labels = _inputs(n, h, v, torch.bfloat16, seed=4)
+    stats = triton_impl.forward_stats(hidden, weight, labels, INV_T, True)
+    lse = stats[:, 0] + stats[:, 1].log()
+    mean_z = stats[:, 0] + stats[:, 2] / stats[:, 1]
+    g_lp, g_ent = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    args = (hidden, weight, labels, INV_T, lse, mean_z, g_lp, g_ent)
+    ref_dh, ref_dw = triton_impl.backward(*args, d_weight_dtype=torch.bfloat16)
+    dh, dw = triton_impl.backward(*args, d_weight_dtype=torch.bfloat16,
+                                  d_hidden_dtype=torch.bfloat16)
+    monkeypatch.setattr(autotune_configs, "BACKWARD_DIRECT_D_HIDDEN", 0)
+    acc_dh, _ = triton_impl.backward(*args, d_weight_dtype=torch.bfloat16,
+                                     d_hidden_dtype=torch.bfloat16)
+    assert ref_dh.dtype == torch.float32 and dh.dtype == acc_dh.dtype == torch.bfloat16
+    spacing = _bf16_spacing(ref_dh)
+    assert ((dh.float() - ref_dh).abs() <= spacing).all()
+    assert ((acc_dh.float() - ref_dh).abs() <= spacing).all()
+    assert torch.equal(dw, ref_dw)
+
+
+def test_one_gradient_is_the_full_backwards():
+    """A frozen head (or input): the other gradient's GEMM is skipped, the one asked for is
+    the full backward's bit for bit (test_one_gradient.py on CPU)."""
+    hidden, weight, labels = _inputs(300, 256, 9000, torch.bfloat16, seed=6)
+    labels[labels < 0] = -100
+    grads = {}
+    for wants in ((True, True), (True, False), (False, True)):
+        h = hidden.clone().requires_grad_(wants[0])
+        w = weight.clone().requires_grad_(wants[1])
+        lp, ent = linear_logprob_entropy(h, w, labels, temperature=0.7)
+        (lp.sum() * 0.5 + ent.sum() * 0.25).backward()
+        grads[wants] = (h.grad, w.grad)
+    assert grads[(True, False)][1] is None and grads[(False, True)][0] is None
+    assert torch.equal(grads[(True, False)][0], grads[(True, True)][0])
+    assert torch.equal(grads[(False, True)][1], grads[(True, True)][1])
+
+
 def test_forward_only_keeps_memory_small():
     """No grad: the forward allocates O(N) beyond its inputs (no logits, no buffers kept)."""
     hidden, weight, labels = _inputs(4096, 512, 32000, torch.bfloat16)

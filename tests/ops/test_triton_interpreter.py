@@ -37,6 +37,7 @@ def _cases():
                     cases.append(f"stages-{n}x{h}x{v}-{dtype}-{'ent' if entropy else 'noent'}"
                                  f"-{'tma' if tma else 'ptr'}")
     cases += ["chunks-33x32x130-bfloat16"]
+    cases += ["needs-one-chunk", "needs-chunks", "needs-sparse"]
     cases += [f"op-{dtype}-{ent}" for dtype in ("float32", "bfloat16") for ent in ("ent", "noent")]
     cases += [f"mode-{m}-{layout}" for m in MODES for layout in ("one", "chunks")]
     cases += ["mode-fp16-logits-tma"]
@@ -150,6 +151,30 @@ def _worker() -> int:
                     "dtypes": [str(dh.dtype), str(dw.dtype)],
                     "dtype": w_name if h_name == "float32" else h_name,  # the MMAs' dtype
                     "mixed": h_name != w_name}
+            elif kind == "needs":  # one gradient asked for: the full call's, bit for bit
+                hidden, weight, labels = inputs(33, 32, 130, torch.bfloat16, seed=3)
+                stats = torch_chunked.forward_stats(hidden, weight, labels, inv_t, True)
+                lse, mean_z = stats[:, 0] + stats[:, 1].log(), stats[:, 0] + stats[:, 2] / stats[:, 1]
+                g = torch.Generator().manual_seed(7)
+                args = (hidden, weight, labels, inv_t, lse, mean_z, torch.randn(33, generator=g),
+                        torch.randn(33, generator=g))
+                kw = dict(d_weight_dtype=torch.bfloat16, d_hidden_dtype=torch.bfloat16)
+                if case.endswith("-chunks"):
+                    kw.update(chunk_budget=33 * 40 * 2, block_tokens=16)
+                if case.endswith("-sparse"):
+                    args = (hidden, weight, None, *args[3:])
+                    kw.update(sparse_ids=torch.randint(-1, 130, (33, 3), generator=g),
+                              sparse_grads=torch.randn(33, 3, generator=g))
+                full = triton_impl.backward(*args, **kw)
+                only_h = triton_impl.backward(*args, need_d_weight=False, **kw)
+                only_w = triton_impl.backward(*args, need_d_hidden=False, **kw)
+                report[case] = {
+                    "stats_err": 0.0, "stats_finite": True, "dh_err": 0.0, "dw_err": 0.0,
+                    "dtype": "bfloat16",
+                    "needs_ok": only_h[1] is None and only_w[0] is None
+                    and torch.equal(only_h[0], full[0]) and torch.equal(only_w[1], full[1])
+                    and triton_impl.backward(*args, need_d_hidden=False, need_d_weight=False,
+                                             **kw) == (None, None)}
             elif kind == "finalize":  # the stage's outputs, triton vs torch
                 _, shards, ent, lab = case.split("-")
                 n, vocab = 300, 1000
@@ -241,6 +266,8 @@ def test_interpreter_case(report, case):
         assert res["dtypes"] == ["torch.float32", "torch.float32"]
     if case.startswith("op-"):
         assert res["ignored_zero"]
+    if case.startswith("needs-"):
+        assert res["needs_ok"]
     if case.startswith("finalize-"):
         assert res["flags_equal"]
         if not case.endswith("-none"):  # the same ValueError from either record

@@ -184,7 +184,11 @@ def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
     assert set(rows) == {1, 4}
     for k, row in rows.items():
         assert row["ids_equal_frac"] == 1.0 and row["topk_max_err"] < 1e-4
-        for name in ("topk_ours", "topk_torch", "at_ours", "at_ours_fb", "at_torch_fb"):
+        # the log-prob op takes no k: timed once, in the first k's row
+        k_free = ("logprob_ours", "logprob_ours_fb")
+        assert all((name in row) == (k == 1) for name in k_free)
+        for name in ("topk_ours", "topk_torch", "at_ours", "at_ours_fb", "at_torch_fb",
+                     *(k_free if k == 1 else ())):
             rec = row[name]
             assert rec["x_floor_min"] <= rec["x_floor"] <= rec["x_floor_max"]
             assert rec["peak_extra_mib"] is None
@@ -211,12 +215,14 @@ def test_distillation_benchmark_against_a_baseline_copy_of_the_package(tmp_path)
     out = tmp_path / "vs_base"
     assert bench(["distill", "--device", "cpu", "--baseline", str(tmp_path / "base"),
                   "--shapes", "64,32,512", "--ks", "4", "--rounds", "2", "--burst-ms", "2",
-                  "--heat-s", "0", "--methods", "topk_ours,at_ours_fb", "--out", str(out)]) == 0
+                  "--heat-s", "0", "--methods", "topk_ours,at_ours_fb,logprob_ours_fb",
+                  "--out", str(out)]) == 0
     row = next(r for r in json.loads((out / "results.json").read_text())["results"]
                if r.get("k") == 4)
-    assert {"topk_ours", "topk_base", "at_ours_fb", "at_base_fb"} <= set(row)
-    assert "at_base" not in row and "topk_torch" not in row
-    for name in ("topk_ours", "at_ours_fb"):
+    assert {"topk_ours", "topk_base", "at_ours_fb", "at_base_fb", "logprob_ours_fb",
+            "logprob_base_fb"} <= set(row)
+    assert "at_base" not in row and "topk_torch" not in row and "logprob_base" not in row
+    for name in ("topk_ours", "at_ours_fb", "logprob_ours_fb"):
         x, lo, hi = row[name]["vs_base"]
         assert 0 < lo <= x <= hi
     assert "vs_base" not in row["topk_base"]

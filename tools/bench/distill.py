@@ -1,9 +1,13 @@
-"""The distillation ops on one GPU: top-k forward and log-probs-at fwd and fwd+bwd.
+"""The distillation ops on one GPU: top-k forward and log-probs-at fwd and fwd+bwd, beside
+the log-prob op's (issue 20 measures them in one run).
 
 Per shape (N tokens, H hidden, V vocab; bf16, T = 0.7) and k, against the GEMM floor (fb:
 with the two backward GEMMs): topk_ours (linear_topk_logprobs) and topk_torch (torch.topk
 of fp32 log_softmax) forward; at_ours (linear_logprobs_at at ids [N, k]) forward;
-at_ours_fb and at_torch_fb (log_softmax gather) forward+backward. Timed by
+at_ours_fb and at_torch_fb (log_softmax gather) forward+backward; logprob_ours and
+logprob_ours_fb (linear_logprob_entropy at labels = the ids' first column, loss
+sum(log_probs) + sum(entropy)), which take no k: timed once a shape, in the first k's
+row. Timed by
 tools/bench/timing.py (bursts; ``host_ms``: a call's enqueue time over a burst's first
 calls, timing.HOST_CALLS), with ``--sync`` also as single synchronized calls (``sync_ms``, ``sync_x``: the
 other protocol), then peak extra memory (for top-k, also beyond its outputs) and checks of
@@ -101,6 +105,22 @@ def at_ours_fb(ops=ours_ops):
     return run
 
 
+def logprob_ours(ops=ours_ops):
+    def run(h, w, ids):
+        with torch.no_grad():
+            return ops.linear_logprob_entropy(h, w, ids[:, 0], temperature=TEMPERATURE)
+    return run
+
+
+def logprob_ours_fb(ops=ours_ops):
+    def run(h, w, ids):
+        h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
+        lp, ent = ops.linear_logprob_entropy(h, w, ids[:, 0], temperature=TEMPERATURE)
+        (lp.sum() + ent.sum()).backward()
+        return h.grad, w.grad
+    return run
+
+
 def at_torch_fb(h, w, ids):
     h, w = h.detach().requires_grad_(), w.detach().requires_grad_()
     lp = torch.log_softmax((h @ w.T).float() / TEMPERATURE, dim=-1).gather(1, ids)
@@ -111,22 +131,28 @@ def at_torch_fb(h, w, ids):
 # Each method: name -> (k -> a callable of (hidden, weight, ids)); the forward-only ones
 # against the GEMM, the others (fwd+bwd) against the 3-GEMM floor.
 FORWARD_ONLY = ("topk_ours", "topk_ours_variant", "topk_torch", "at_ours", "topk_base",
-                "at_base")
+                "at_base", "logprob_ours", "logprob_base")
+# the methods that take no k: timed at the first k only
+K_FREE = ("logprob_ours", "logprob_ours_fb", "logprob_base", "logprob_base_fb")
 # --baseline: base's method -> ours it stands beside
-BASE_OF = {"topk_base": "topk_ours", "at_base": "at_ours", "at_base_fb": "at_ours_fb"}
+BASE_OF = {"topk_base": "topk_ours", "at_base": "at_ours", "at_base_fb": "at_ours_fb",
+           "logprob_base": "logprob_ours", "logprob_base_fb": "logprob_ours_fb"}
 
 
 def _methods(args) -> dict:
     every = {"topk_ours": topk_ours, "topk_torch": topk_torch,
              "at_ours": lambda k: at_ours(), "at_ours_fb": lambda k: at_ours_fb(),
-             "at_torch_fb": lambda k: at_torch_fb}
+             "at_torch_fb": lambda k: at_torch_fb, "logprob_ours": lambda k: logprob_ours(),
+             "logprob_ours_fb": lambda k: logprob_ours_fb()}
     if args.invariance_ab:
         every["topk_ours_variant"] = topk_ours_variant
     selected = args.methods.split(",")
     if args.baseline:
         base = importlib.import_module(f"{import_baseline(args.baseline)}.ops")
         every.update(topk_base=lambda k: topk_ours(k, base), at_base=lambda k: at_ours(base),
-                     at_base_fb=lambda k: at_ours_fb(base))
+                     at_base_fb=lambda k: at_ours_fb(base),
+                     logprob_base=lambda k: logprob_ours(base),
+                     logprob_base_fb=lambda k: logprob_ours_fb(base))
         selected += [name for name, ours in BASE_OF.items() if ours in selected]
     return {name: make for name, make in every.items()
             if (name in FORWARD_ONLY or "fb" in args.phases)
@@ -165,7 +191,8 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
     methods = _methods(args)
     for k in ks:
         for base, make in methods.items():
-            (fwd if base in FORWARD_ONLY else fb)[f"{base}@{k}"] = bind(make(k), k)
+            if base not in K_FREE or k == ks[0]:
+                (fwd if base in FORWARD_ONLY else fb)[f"{base}@{k}"] = bind(make(k), k)
     with torch.no_grad():
         got = _timed(fwd, args, clocks, log)
     ratios = timing.paired_ratios(got, "gemm")
@@ -216,12 +243,13 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
             except Exception as err:  # noqa: BLE001
                 mem, rec["peak_error"] = None, repr(err)[:300]
             out_mib = n * k * 12 / 2 ** 20 if base.startswith("topk") else 0.0
+            kind = "" if base in K_FREE else f"k={k} "
             rec["peak_extra_mib"] = mem
             rec["extra_beyond_outputs_mib"] = None if mem is None else mem - out_mib
             row[base] = rec
             sync = f"  sync {rec['sync_x'][0]:5.3f}x" if "sync_x" in rec else ""
             sync += f"  vs base {rec['vs_base'][0]:5.3f}x" if "vs_base" in rec else ""
-            log(f"{n}x{h}x{v} k={k} {base:>12}: {rec['ms']:8.2f} ms  {rec['x_floor']:5.3f}x "
+            log(f"{n}x{h}x{v} {kind}{base:>15}: {rec['ms']:8.2f} ms  {rec['x_floor']:5.3f}x "
                 f"floor ({rec['x_floor_min']:.3f}-{rec['x_floor_max']:.3f}){sync}  host "
                 f"{rec['host_ms'] or 0:.3f} ms  peak +"
                 f"{'-' if mem is None else format(mem, '.1f')} MiB")
@@ -266,9 +294,11 @@ def add_arguments(p):
     timing_options(p)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a smoke run of the tool's code, not a benchmark")
-    p.add_argument("--methods", default="topk_ours,topk_torch,at_ours,at_ours_fb,at_torch_fb",
-                   help="comma-separated: topk_ours, topk_torch, at_ours (forward), "
-                        "at_ours_fb, at_torch_fb (forward+backward)")
+    p.add_argument("--methods", default="topk_ours,topk_torch,at_ours,at_ours_fb,at_torch_fb,"
+                                        "logprob_ours,logprob_ours_fb",
+                   help="comma-separated: topk_ours, topk_torch, at_ours, logprob_ours "
+                        "(forward), at_ours_fb, at_torch_fb, logprob_ours_fb "
+                        "(forward+backward)")
     p.add_argument("--phases", default="fwd,fb",
                    help="fwd,fb (default) or fwd: the forward-only methods alone")
     p.add_argument("--baseline", default=None, metavar="DIR",

@@ -145,7 +145,8 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
              chunk_budget: int | None = None, d_weight_dtype: torch.dtype | None = None,
              d_hidden_dtype: torch.dtype | None = None, block_tokens: int | None = None,
              sparse_ids: torch.Tensor | None = None, sparse_grads: torch.Tensor | None = None,
-             logits_dtype: torch.dtype | None = None):
+             logits_dtype: torch.dtype | None = None, need_d_hidden: bool = True,
+             need_d_weight: bool = True):
     """The contract's backward. Opt-in extras (defaults fp32, as the contract says):
     ``d_weight_dtype`` / ``d_hidden_dtype`` let cuBLAS write the gradients in e.g. the
     inputs' dtype, saving an fp32 copy of each and its cast.
@@ -171,9 +172,13 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     n_tokens, hidden_size = hidden.shape
     vocab = weight.shape[0]
     dev = hidden.device
+    if not (need_d_hidden or need_d_weight):
+        return None, None
     if n_tokens == 0 or vocab == 0:
-        return (torch.zeros(n_tokens, hidden_size, dtype=torch.float32, device=dev),
-                torch.zeros(vocab, hidden_size, dtype=torch.float32, device=dev))
+        return (torch.zeros(n_tokens, hidden_size, dtype=torch.float32, device=dev)
+                if need_d_hidden else None,
+                torch.zeros(vocab, hidden_size, dtype=torch.float32, device=dev)
+                if need_d_weight else None)
     dw_dtype = d_weight_dtype or torch.float32
     dh_dtype = d_hidden_dtype or torch.float32
     mma = mma_dtype(hidden, weight)  # also d(logits)'s dtype
@@ -183,8 +188,10 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
         # CPU (interpreter) path; fp16's scaled buffer (below) is unscaled in fp32
         dw_dtype = dh_dtype = torch.float32
     # Both are written whole: d_hidden block by block, d_weight by the first token block.
-    d_hidden = torch.empty(n_tokens, hidden_size, dtype=dh_dtype, device=dev)
-    d_weight = torch.empty(vocab, hidden_size, dtype=dw_dtype, device=dev)
+    d_hidden = torch.empty(n_tokens, hidden_size, dtype=dh_dtype, device=dev) \
+        if need_d_hidden else None
+    d_weight = torch.empty(vocab, hidden_size, dtype=dw_dtype, device=dev) \
+        if need_d_weight else None
     hidden, weight = rowmajor(hidden), rowmajor(weight)
     has_entropy = grad_entropy is not None and mean_z is not None
     f32 = lambda t: t.to(torch.float32).contiguous()  # noqa: E731
@@ -209,19 +216,30 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
 
     elem = mma.itemsize
     block_rows = min(n_tokens, block_tokens or autotune_configs.BACKWARD_BLOCK_TOKENS)
-    # the fp32 accumulator of one token block's d_hidden, unless d_hidden is fp32 itself,
-    # and an fp32 hidden block's hi + lo halves
-    acc_bytes = 0 if dh_dtype == torch.float32 else block_rows * hidden_size * 4
-    acc_bytes += 2 * block_rows * hidden_size * elem if split_h else 0
-    budget = chunk_budget or max(autotune_configs.BACKWARD_EXTRA_BUDGET_BYTES - acc_bytes,
-                                 autotune_configs.BACKWARD_MIN_CHUNK_BYTES)
     # a column: its d(logits) entries, and an fp32 weight row's hi + lo halves
     column_bytes = block_rows * elem + (2 * hidden_size * elem if split_w else 0)
-    width_max = _vocab_chunk(vocab, column_bytes, cfg.block_v, budget)
+
+    def chunk_budget_for(direct: bool) -> int:
+        # beside the chunk: the fp32 accumulator of a token block's 16-bit d_hidden (none
+        # when it is written directly, or fp32 itself, or not needed) and an fp32 hidden
+        # block's hi + lo halves
+        extra = 0 if direct or dh_dtype == torch.float32 or not need_d_hidden else \
+            block_rows * hidden_size * 4
+        extra += 2 * block_rows * hidden_size * elem if split_h else 0
+        return chunk_budget or max(autotune_configs.BACKWARD_EXTRA_BUDGET_BYTES - extra,
+                                   autotune_configs.BACKWARD_MIN_CHUNK_BYTES)
+
+    # A 16-bit d_hidden whose vocab fits one chunk (and whose weight is one part) comes
+    # out of one cuBLAS product in its dtype: one rounding of the fp32 accumulation, as the
+    # accumulator's copy gives, without the accumulator and the copy's launch.
+    dh_direct = autotune_configs.BACKWARD_DIRECT_D_HIDDEN and need_d_hidden \
+        and dh_dtype != torch.float32 and not split_w \
+        and vocab * column_bytes <= chunk_budget_for(True)
+    width_max = _vocab_chunk(vocab, column_bytes, cfg.block_v, chunk_budget_for(dh_direct))
     row_pitch = cdiv(width_max, 16 // elem) * (16 // elem)  # 16-byte aligned rows
     grad_buf = torch.empty(block_rows, row_pitch, dtype=mma, device=dev)
-    dh_acc = None if dh_dtype == torch.float32 else torch.empty(block_rows, hidden_size,
-                                                                dtype=torch.float32, device=dev)
+    dh_acc = None if dh_dtype == torch.float32 or dh_direct or not need_d_hidden else \
+        torch.empty(block_rows, hidden_size, dtype=torch.float32, device=dev)
     h_halves = torch.empty(2, block_rows, hidden_size, dtype=mma, device=dev) if split_h \
         else None
     w_halves = torch.empty(2, width_max, hidden_size, dtype=mma, device=dev) if split_w \
@@ -239,7 +257,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
         blk = slice(r0, r0 + rows)
         h_blk = whole(hidden, blk)
         lab_blk = lse if labels is None else whole(labels, blk)  # lse: unused
-        dh = whole(d_hidden, blk) if dh_acc is None else \
+        dh = None if d_hidden is None else whole(d_hidden, blk) if dh_acc is None else \
             dh_acc if rows == block_rows else dh_acc[:rows]
         # the block, or an fp32 block's (hi, lo)
         h_hi, h_lo = split_hi_lo_into(h_blk, h_halves) if split_h else (h_blk, h_blk)
@@ -278,8 +296,15 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                                 scale if unscale is not None else None)
             # an fp32 operand enters only the GEMM of the other (16-bit) operand's gradient:
             # as hi alone, or lo then hi (autotune_configs.MIXED_GRAD16_WITH_LO)
-            for i, part in enumerate(_parts(w_hi, w_lo) if split_w else (w_chunk,)):
-                matmul_fp32(grad, part, dh, accumulate=v0 > 0 or i > 0)
+            if dh is None:
+                pass
+            elif dh_direct and dh.dtype != torch.float32:
+                torch.mm(grad, w_chunk, out=dh)
+            else:
+                for i, part in enumerate(_parts(w_hi, w_lo) if split_w else (w_chunk,)):
+                    matmul_fp32(grad, part, dh, accumulate=v0 > 0 or i > 0)
+            if d_weight is None:
+                continue
             dw = d_weight if width == vocab else d_weight[v0:v0 + width]
             for i, part in enumerate(_parts(h_hi, h_lo) if split_h else (h_blk,)):
                 first = r0 == 0 and i == 0
@@ -294,6 +319,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             whole(d_hidden, blk).copy_(dh)
 
     if unscale is not None:
-        d_hidden.mul_(unscale)
-        d_weight.mul_(unscale)
+        for grad_out in (d_hidden, d_weight):
+            if grad_out is not None:
+                grad_out.mul_(unscale)
     return d_hidden, d_weight
