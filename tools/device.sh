@@ -18,7 +18,9 @@
 #                       tests)
 #   distill WHEELS      issue 20: the top-k / logits-at / invariance / graph GPU tests
 #                       (TESTS=0 skips; ~6 min on a fresh machine), `bench distill --sync`
-#                       (DISTILL=0 skips; ~4 min), `bench op --sync` of gemm and ours (OP=1
+#                       (DISTILL=0 skips; ~4 min; SHAPES="N,H,V ...", METHODS: its --shapes,
+#                       --methods; the log-prob op's forward and fwd+bwd are among its
+#                       methods), `bench op --sync` of gemm and ours (OP=1
 #                       runs it); both protocols (ROUNDS). Tests and benchmark together pass
 #                       one call's 10 minutes: run them as two calls. BASE=DIR (holding
 #                       megatron_overlay_base, another commit's package): both benchmarks
@@ -158,8 +160,11 @@ distill)
     -p no:cacheprovider -m gpu tests/ops/test_triton_distill_gpu.py \
     tests/ops/test_batch_invariance_gpu.py tests/ops/test_cuda_graphs.py \
     tests/ops/test_triton_gpu.py 2>&1 | tee "$OUT/pytest.txt" | tail -15
+  # shlex-free word splitting on purpose: SHAPES="N,H,V N,H,V ..."
   [ "${DISTILL:-1}" = 0 ] || bench distill --sync --rounds ${ROUNDS:-5} \
-    ${BASE:+--baseline "$BASE"} --out "$OUT/distill" 2>&1 | grep -E "k=|gemm|done" | tail -60
+    ${SHAPES:+--shapes $SHAPES} ${METHODS:+--methods "$METHODS"} \
+    ${BASE:+--baseline "$BASE"} --out "$OUT/distill" 2>&1 |
+    grep -E "k=|gemm|logprob|done" | tail -80
   [ "${OP:-0}" = 0 ] || bench op --sync --methods gemm,${BASE:+base,}ours \
     --rounds ${ROUNDS:-5} ${BASE:+--baseline "$BASE"} --no-grad-check --out "$OUT/op" 2>&1 |
     tail -12
