@@ -296,11 +296,9 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                                 scale if unscale is not None else None)
             # an fp32 operand enters only the GEMM of the other (16-bit) operand's gradient:
             # as hi alone, or lo then hi (autotune_configs.MIXED_GRAD16_WITH_LO)
-            if dh is None:
-                pass
-            elif dh_direct and dh.dtype != torch.float32:
+            if dh_direct:  # one chunk, one part: cuBLAS writes the 16-bit block itself
                 torch.mm(grad, w_chunk, out=dh)
-            else:
+            elif dh is not None:
                 for i, part in enumerate(_parts(w_hi, w_lo) if split_w else (w_chunk,)):
                     matmul_fp32(grad, part, dh, accumulate=v0 > 0 or i > 0)
             if d_weight is None:
