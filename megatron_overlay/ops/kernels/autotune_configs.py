@@ -39,7 +39,7 @@ BACKWARD_BLOCK_TOKENS = 8192
 BACKWARD_MIN_CHUNK_BYTES = 64 << 20   # the chunk's floor when H is large
 # A 16-bit d_hidden whose token block's d(logits) fits one vocab chunk (N up to ~1400 at
 # V ~ 152k): written by one cuBLAS product in its dtype, without the fp32 accumulator and
-# its copy (two fewer allocations and launches at small N); 0: through the accumulator.
+# its copy (one allocation and one launch fewer at small N); 0: through the accumulator.
 BACKWARD_DIRECT_D_HIDDEN = 1
 
 # Mixed operands (one fp32, one 16-bit), backward: the GEMM whose result is the 16-bit
