@@ -16,7 +16,7 @@ from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
 from .validation import validate_inputs
-from .vocab_parallel import gather_stats, shard_labels, shard_layout
+from .vocab_parallel import complete_grads, gather_stats, shard_labels, shard_layout
 
 __all__ = ["LinearLogprobEntropy", "linear_logprob_entropy"]
 
@@ -67,12 +67,8 @@ class LinearLogprobEntropy(torch.autograd.Function):
             d_weight_dtype=weight.dtype, d_hidden_dtype=None if ctx.tp else hidden.dtype,
             logits_dtype=ctx.params.logits_dtype, need_d_hidden=ctx.needs_input_grad[0],
             need_d_weight=ctx.needs_input_grad[1])
-        if d_hidden is not None:
-            if ctx.tp:  # each shard holds part of d_hidden: complete it on every rank
-                dist.all_reduce(d_hidden, group=ctx.tp_group)
-            d_hidden = d_hidden.to(hidden.dtype)
-        if d_weight is not None:
-            d_weight = d_weight.to(weight.dtype)
+        d_hidden, d_weight = complete_grads(d_hidden, d_weight, hidden, weight,
+                                            ctx.tp_group if ctx.tp else None)
         if hidden.is_cuda:
             label_check.poll()
         return d_hidden, d_weight, None, None, None

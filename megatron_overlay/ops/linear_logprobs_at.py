@@ -21,7 +21,7 @@ from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
 from .validation import validate_matrices, validate_token_ids
-from .vocab_parallel import gather_stats, shard_layout
+from .vocab_parallel import complete_grads, gather_stats, shard_layout
 
 __all__ = ["LinearLogprobsAt", "backward_at_ids", "linear_logprobs_at"]
 
@@ -42,13 +42,7 @@ def backward_at_ids(impl, hidden, weight, local_ids, inv_t, lse, mean_z, grad_at
                                        sparse_grads=grad_at_ids, logits_dtype=logits_dtype,
                                        need_d_hidden=needs_input_grad[0],
                                        need_d_weight=needs_input_grad[1])
-    if d_hidden is not None:
-        if tp_group is not None:  # each shard holds part of d_hidden: complete it everywhere
-            dist.all_reduce(d_hidden, group=tp_group)
-        d_hidden = d_hidden.to(hidden.dtype)
-    if d_weight is not None:
-        d_weight = d_weight.to(weight.dtype)
-    return d_hidden, d_weight
+    return complete_grads(d_hidden, d_weight, hidden, weight, tp_group)
 
 
 class LinearLogprobsAt(torch.autograd.Function):

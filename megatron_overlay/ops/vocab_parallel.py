@@ -1,5 +1,6 @@
-"""Vocab-parallel TP helpers of the fused ops: this rank's shard of the ids, and the
-gather of every shard's per-token statistics (merged by the stages' ``finalize``).
+"""Vocab-parallel TP helpers of the fused ops: this rank's shard of the ids, the gather of
+every shard's per-token statistics (merged by the stages' ``finalize``), and the
+completion of the backward's gradients.
 
 ``weight`` is this rank's vocab shard [V_local, H]; shards in rank order; ids are global.
 """
@@ -45,3 +46,15 @@ def gather_stats(stats: torch.Tensor, tp_group) -> torch.Tensor:
                        device=stats.device)
     dist.all_gather_into_tensor(flat, stats.contiguous(), group=tp_group)
     return flat.view(world, *stats.shape)
+
+
+def complete_grads(d_hidden: torch.Tensor | None, d_weight: torch.Tensor | None,
+                   hidden: torch.Tensor, weight: torch.Tensor, tp_group):
+    """The stages' gradients (None where not asked for) in their operands' dtypes; under
+    TP (``tp_group`` not None) each shard's partial d_hidden is all-reduced first, so
+    that it is complete on every rank."""
+    if d_hidden is not None:
+        if tp_group is not None:
+            dist.all_reduce(d_hidden, group=tp_group)
+        d_hidden = d_hidden.to(hidden.dtype)
+    return d_hidden, None if d_weight is None else d_weight.to(weight.dtype)

@@ -219,12 +219,14 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     # a column: its d(logits) entries, and an fp32 weight row's hi + lo halves
     column_bytes = block_rows * elem + (2 * hidden_size * elem if split_w else 0)
 
+    def accumulator(direct: bool) -> bool:
+        # a token block's 16-bit d_hidden is accumulated over the vocab chunks in fp32,
+        # unless it is written directly (one chunk, below)
+        return need_d_hidden and dh_dtype != torch.float32 and not direct
+
     def chunk_budget_for(direct: bool) -> int:
-        # beside the chunk: the fp32 accumulator of a token block's 16-bit d_hidden (none
-        # when it is written directly, or fp32 itself, or not needed) and an fp32 hidden
-        # block's hi + lo halves
-        extra = 0 if direct or dh_dtype == torch.float32 or not need_d_hidden else \
-            block_rows * hidden_size * 4
+        # beside the chunk: that fp32 accumulator and an fp32 hidden block's hi + lo halves
+        extra = block_rows * hidden_size * 4 if accumulator(direct) else 0
         extra += 2 * block_rows * hidden_size * elem if split_h else 0
         return chunk_budget or max(autotune_configs.BACKWARD_EXTRA_BUDGET_BYTES - extra,
                                    autotune_configs.BACKWARD_MIN_CHUNK_BYTES)
@@ -232,14 +234,13 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     # A 16-bit d_hidden whose vocab fits one chunk (and whose weight is one part) comes
     # out of one cuBLAS product in its dtype: one rounding of the fp32 accumulation, as the
     # accumulator's copy gives, without the accumulator and the copy's launch.
-    dh_direct = autotune_configs.BACKWARD_DIRECT_D_HIDDEN and need_d_hidden \
-        and dh_dtype != torch.float32 and not split_w \
-        and vocab * column_bytes <= chunk_budget_for(True)
+    dh_direct = bool(autotune_configs.BACKWARD_DIRECT_D_HIDDEN) and accumulator(False) \
+        and not split_w and vocab * column_bytes <= chunk_budget_for(True)
     width_max = _vocab_chunk(vocab, column_bytes, cfg.block_v, chunk_budget_for(dh_direct))
     row_pitch = cdiv(width_max, 16 // elem) * (16 // elem)  # 16-byte aligned rows
     grad_buf = torch.empty(block_rows, row_pitch, dtype=mma, device=dev)
-    dh_acc = None if dh_dtype == torch.float32 or dh_direct or not need_d_hidden else \
-        torch.empty(block_rows, hidden_size, dtype=torch.float32, device=dev)
+    dh_acc = torch.empty(block_rows, hidden_size, dtype=torch.float32, device=dev) \
+        if accumulator(dh_direct) else None
     h_halves = torch.empty(2, block_rows, hidden_size, dtype=mma, device=dev) if split_h \
         else None
     w_halves = torch.empty(2, width_max, hidden_size, dtype=mma, device=dev) if split_w \
