@@ -84,13 +84,16 @@ def test_ops_match_torch_impl(monkeypatch):
 
 @pytest.mark.parametrize("pairs, num_t", [(8192 * 32, 594), (4096 * 8 + 5, 594), (3, 1)])
 def test_tile_sort_matches_torch_sort(pairs, num_t):
-    """The rescan's counting sort (kernels/tile_sort.py): torch.sort's stable order."""
+    """The rescan's counting sort (kernels/tile_sort.py): torch.sort's stable order, and
+    its segments' table."""
     from megatron_overlay.ops.kernels.tile_sort import sort_tiles
     from megatron_overlay.ops.topk_merge import PAD_ID
+    from tests.support.tile_runs import runs_reference
 
     g = torch.Generator(device="cuda").manual_seed(pairs)
     tiles = torch.randint(0, num_t, (pairs,), device="cuda", generator=g)
     tiles[torch.rand(pairs, device="cuda", generator=g) < 0.01] = PAD_ID
-    got_t, got_p = sort_tiles(tiles, num_t)
+    got_t, got_p, runs = sort_tiles(tiles, num_t, 128)
     ref_t, ref_p = torch.sort(tiles.clamp(max=num_t), stable=True)
     assert torch.equal(got_t.long(), ref_t) and torch.equal(got_p.long(), ref_p)
+    assert torch.equal(runs.cpu(), runs_reference(tiles, num_t, 128, runs.shape[1]))

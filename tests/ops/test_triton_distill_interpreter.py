@@ -259,6 +259,7 @@ def _worker() -> int:
                 from megatron_overlay.ops.kernels.tile_sort import (SORT_BLOCK_INTERPRETED,
                                                                     sort_tiles)
                 from megatron_overlay.ops.topk_merge import PAD_ID
+                from tests.support.tile_runs import runs_reference
                 g = torch.Generator().manual_seed(5)
                 same = True
                 # one block, a partial last block, several blocks, one tile, unfilled slots
@@ -266,10 +267,14 @@ def _worker() -> int:
                                      (3 * SORT_BLOCK_INTERPRETED + 7, 37), (150, 1), (200, 594)):
                     tiles = torch.randint(0, num_t, (pairs,), generator=g)
                     tiles[torch.rand(pairs, generator=g) < 0.2] = PAD_ID
-                    got_t, got_p = sort_tiles(tiles.view(-1, 1) if pairs % 2 else tiles, num_t)
+                    seg_rows = 1 + pairs % 5  # segments of 1 to 5 pairs
+                    got_t, got_p, runs = sort_tiles(tiles.view(-1, 1) if pairs % 2 else tiles,
+                                                    num_t, seg_rows)
                     ref_t, ref_p = torch.sort(tiles.clamp(max=num_t), stable=True)
                     same &= got_t.dtype == got_p.dtype == torch.int32
                     same &= torch.equal(got_t.long(), ref_t) and torch.equal(got_p.long(), ref_p)
+                    same &= torch.equal(runs, runs_reference(tiles, num_t, seg_rows,
+                                                             runs.shape[1]))
                 report[case] = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": same,
                                 "dtype": "int64"}
             elif kind == "mergetopk":  # the splits' lists merge: kernel vs torch's sorts

@@ -12,9 +12,15 @@ tiles), so a counting sort does it in two launches and 8 bytes a pair of int32 o
                          tile count: last)
   tile_scatter_kernel    each block places its pairs: those of tile t after every pair of a
                          lower tile and after tile t's pairs of the earlier blocks; inside
-                         the block, a tl.sort of (tile, position) keys keeps pair order
+                         the block, a tl.sort of (tile, position) keys keeps pair order.
+                         Block 0 also writes the runs table (below)
 
-The order is torch.sort's (stable) exactly, so the rescan's programs hold the same pairs.
+The order is torch.sort's (stable) exactly. The rescan's program is one segment: at most
+``seg_rows`` consecutive pairs of one tile (one MMA of the tile's weight rows). The runs
+table [2, NB] int32 tells a program its segment without the host looking at the data:
+runs[0, t] the segments of tiles 0..t (a cumulative sum; tile num_t, the unfilled slots,
+has segments too, bins past it none), runs[1, t] the place of tile t's first pair (tile
+t's pairs end where tile t + 1's begin; the bins past num_t begin at the pair count).
 """
 
 from __future__ import annotations
@@ -55,11 +61,11 @@ def tile_histogram_kernel(tiles_ptr, counts_ptr, P, num_t, BLOCK: tl.constexpr,
 
 
 @triton.jit
-def tile_scatter_kernel(tiles_ptr, counts_ptr, out_tiles_ptr, out_pairs_ptr, P, num_t,
-                        num_blocks, BLOCK: tl.constexpr, NB: tl.constexpr,
+def tile_scatter_kernel(tiles_ptr, counts_ptr, out_tiles_ptr, out_pairs_ptr, runs_ptr, P,
+                        num_t, num_blocks, seg_rows, BLOCK: tl.constexpr, NB: tl.constexpr,
                         COUNT_ROWS: tl.constexpr):
     """out_tiles / out_pairs [P] int32: the tiles ascending (num_t: unfilled) and each
-    one's pair index, stable."""
+    one's pair index, stable; runs [2, NB] (block 0): the segments' table."""
     b = tl.program_id(0)
     bins = tl.arange(0, NB)
     total = tl.zeros([NB], tl.int32)    # every block's pairs of tile t
@@ -70,6 +76,10 @@ def tile_scatter_kernel(tiles_ptr, counts_ptr, out_tiles_ptr, out_pairs_ptr, P, 
                     mask=(r < num_blocks)[:, None], other=0)
         total += tl.sum(c, axis=0)
         earlier += tl.sum(tl.where((r < b)[:, None], c, 0), axis=0)
+    if b == 0:
+        pairs = tl.where(bins <= num_t, total, 0)  # not the last block's padding
+        tl.store(runs_ptr + bins, tl.cumsum((pairs + seg_rows - 1) // seg_rows, 0))
+        tl.store(runs_ptr + NB + bins, tl.cumsum(pairs, 0) - pairs)
     mine = tl.load(counts_ptr + b * NB + bins)
     # the place of this block's first pair of tile t, less the block's pairs of lower tiles
     # (which its sorted position counts)
@@ -83,25 +93,36 @@ def tile_scatter_kernel(tiles_ptr, counts_ptr, out_tiles_ptr, out_pairs_ptr, P, 
     tl.store(out_pairs_ptr + dest, b * BLOCK + keys % BLOCK, mask=real)
 
 
-def sort_tiles(tile_ids: torch.Tensor, num_t: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(tiles [P] int32 ascending, pairs [P] int32: their indices into ``tile_ids``), ties
-    in index order, of the pairs' tile ids ``tile_ids`` [P] (int64; >= num_t: an unfilled
-    slot, sorted last as num_t)."""
+def sort_tiles(tile_ids: torch.Tensor, num_t: int, seg_rows: int = 128):
+    """(tiles [P] int32 ascending, pairs [P] int32: their indices into ``tile_ids``, runs
+    [2, NB] int32: the segments' table above), ties in index order, of the pairs' tile ids
+    ``tile_ids`` [P] (int64; >= num_t: an unfilled slot, sorted last as num_t). NB:
+    ``segment_bins(num_t)``; segments: at most ``seg_rows`` pairs."""
     flat = tile_ids.reshape(-1)
     n_pairs = flat.numel()
     if n_pairs >= 2 ** 31:
         raise ValueError(f"{n_pairs} (row, tile) pairs: the sort's int32 positions take "
                          f"fewer than 2^31; use a smaller rescan row block")
     block = SORT_BLOCK_INTERPRETED if interpreting() else SORT_BLOCK
-    nb = next_power_of_2(num_t + 2)
+    nb = segment_bins(num_t)
     num_blocks = cdiv(n_pairs, block)
     dev = flat.device
     counts = torch.empty(num_blocks, nb, dtype=torch.int32, device=dev)
-    out = torch.empty(2, n_pairs, dtype=torch.int32, device=dev)
+    out = torch.empty(2 * n_pairs + 2 * nb, dtype=torch.int32, device=dev)
+    runs = out[2 * n_pairs:].view(2, nb)
     if n_pairs == 0:
-        return out[0], out[1]
+        runs.zero_()
+        return out[:0], out[:0], runs
     launch(tile_histogram_kernel, (num_blocks,), flat, counts, n_pairs, num_t, BLOCK=block,
            NB=nb, num_warps=SORT_WARPS)
-    launch(tile_scatter_kernel, (num_blocks,), flat, counts, out[0], out[1], n_pairs, num_t,
-           num_blocks, BLOCK=block, NB=nb, COUNT_ROWS=COUNT_ROWS, num_warps=SORT_WARPS)
-    return out[0], out[1]
+    tiles, pairs = out[:n_pairs], out[n_pairs:2 * n_pairs]
+    launch(tile_scatter_kernel, (num_blocks,), flat, counts, tiles, pairs, runs, n_pairs,
+           num_t, num_blocks, seg_rows, BLOCK=block, NB=nb, COUNT_ROWS=COUNT_ROWS,
+           num_warps=SORT_WARPS)
+    return tiles, pairs, runs
+
+
+def segment_bins(num_t: int) -> int:
+    """The runs table's bins: the tiles, the unfilled slots' bin num_t and the count bin
+    num_t + 1, to a power of two."""
+    return next_power_of_2(num_t + 2)

@@ -7,9 +7,9 @@ largest logit is >= thr, and a tile whose maximum is below thr holds nothing >= 
 tiles tied at thr, those with the lower ids are kept, which hold the lower ids).
 
 Here the (row, candidate tile) pairs, ordered by tile (tile_sort.py: a stable counting
-sort, two launches), are recomputed BLOCK_R at a time: a program takes BLOCK_R consecutive
-pairs, and for each tile among them one MMA of the pairs' gathered hidden rows against the
-tile's weight rows (pairs of other tiles masked), then takes each row's logits >= thr,
+sort, two launches), are recomputed a segment at a time: a program takes one segment, at
+most BLOCK_R consecutive pairs of one tile (the sort's runs table says which), one MMA of
+the pairs' gathered hidden rows against the tile's weight rows, then takes each row's logits >= thr,
 largest first (ties to the lower column), as many as the pair can contribute: the row's
 j-th best tile (0-based) has j better tiles ahead of it, each holding a logit that ranks
 above all of its own (a larger one, or an equal one with a lower id), so k - j at most.
@@ -88,69 +88,74 @@ def _columns(BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, OPAQUE: tl.constexpr)
 
 @triton.jit
 def rescan_kernel(
-    h_ptr, h_lo_ptr, w_src, w_lo_src, tiles_ptr, pairs_ptr, tile_v_ptr, inv_t_ptr,
-    out_v_ptr, out_i_ptr, V, H, K, P, stride_h, stride_w, inv_t,
+    h_ptr, h_lo_ptr, w_src, w_lo_src, runs_ptr, pairs_ptr, tile_v_ptr, inv_t_ptr,
+    out_v_ptr, out_i_ptr, V, H, K, stride_h, stride_w, inv_t,
     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KP: tl.constexpr,
-    USE_TMA: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
-    ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr,
-    OPAQUE_COLUMNS: tl.constexpr,
+    NB: tl.constexpr, USE_TMA: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr, ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr,
+    LO: tl.constexpr, OPAQUE_COLUMNS: tl.constexpr,
 ):
-    """``tiles_ptr`` [P] int32: the pairs' tiles, ascending (the tile count: an unfilled
-    slot); ``pairs_ptr`` [P] int32: each pair's row * K + place; ``tile_v_ptr`` [N, K]: the
-    rows' candidate tiles' raw maxima, descending (the last is thr). Raw logits (before the
-    temperature) are compared, and scaled by the row's inv_t when stored."""
-    pos = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    live = pos < P
+    """``runs_ptr`` [2, NB] int32: tile_sort's segments table; ``pairs_ptr`` [P] int32: the
+    pairs ordered by tile, each one's row * K + place; ``tile_v_ptr`` [N, K]: the rows'
+    candidate tiles' raw maxima, descending (the last is thr). Raw logits (before the
+    temperature) are compared, and scaled by the row's inv_t when stored. The grid may
+    hold more programs than segments (it is sized on the host without the data): those
+    past the last segment do nothing."""
+    seg = tl.program_id(0)
     num_t = tl.cdiv(V, BLOCK_V)
-    tiles = tl.load(tiles_ptr + pos, mask=live, other=num_t)
-    pair = tl.load(pairs_ptr + pos, mask=live, other=0).to(tl.int64)
-    row = pair // K
-    place = (pair % K).to(tl.int32)
-    valid = live & (tiles < num_t)
-    room = K - place  # slots the pair may fill
-    base = row * (K * (K + 1) // 2) + place * K - place * (place - 1) // 2
-    slots = tl.arange(0, KP)
-    thr = tl.load(tile_v_ptr + row * K + K - 1, mask=valid, other=float("inf"))
-    inv_t_row = inv_t + tl.zeros([BLOCK_R], tl.float32)
-    if ROW_INV_T:
-        inv_t_row = tl.load(inv_t_ptr + row, mask=live, other=1.0)
-    # pairs without a tile (fewer than K tiles in the vocab): unused slots only
-    blank = (live & ~valid)[:, None] & (slots[None, :] < room[:, None])
-    tl.store(out_v_ptr + base[:, None] + slots[None, :], float("-inf"), mask=blank)
-    tl.store(out_i_ptr + base[:, None] + slots[None, :], V, mask=blank)
-    col = tl.arange(0, BLOCK_V)
-    big = num_t + 1
-    tile = tl.min(tl.where(valid, tiles, big))
-    while tile < num_t:
-        here = valid & (tiles == tile)
-        v0 = (tile * BLOCK_V).to(tl.int32)
-        acc = tl.zeros((BLOCK_R, BLOCK_V), tl.float32)
-        for k0 in range(0, H, BLOCK_K):
-            b = load_tile(w_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
-            a = _gather_rows(h_ptr, row, k0, H, stride_h, BLOCK_R, BLOCK_K)
-            a_lo, b_lo = a, b
-            if LO == 1:
-                a_lo = _gather_rows(h_lo_ptr, row, k0, H, stride_h, BLOCK_R, BLOCK_K)
-            elif LO == 2:
-                b_lo = load_tile(w_lo_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
-            acc = mixed_dot(a, a_lo, b, b_lo, acc, LO, DOT_PRECISION, UPCAST_DOT)
-        acc = round_logits(acc, LOGITS_DTYPE)
-        real = (v0 + col)[None, :] < V
-        acc = tl.where(real, acc, float("-inf"))
-        count = tl.sum(((acc >= thr[:, None]) & real).to(tl.int32), axis=1)
-        take = tl.where(here, tl.minimum(count, room), 0)
-        for r in range(0, tl.max(take, axis=0)):
-            best, at = tl.max(acc, axis=1, return_indices=True,
-                              return_indices_tie_break_left=True)
-            keep = r < take
-            tl.store(out_v_ptr + base + r, best * inv_t_row, mask=keep)
-            tl.store(out_i_ptr + base + r, v0 + at, mask=keep)
-            idx = _columns(BLOCK_R, BLOCK_V, OPAQUE_COLUMNS)
-            acc = tl.where(idx == at[:, None], float("-inf"), acc)
-        rest = here[:, None] & (slots[None, :] >= take[:, None]) & (slots[None, :] < room[:, None])
+    bins = tl.arange(0, NB)
+    seg_end = tl.load(runs_ptr + bins)
+    tile = tl.sum((seg_end <= seg).to(tl.int32), axis=0)  # the first bin ending past seg
+    if tile <= num_t:
+        run_start = tl.load(runs_ptr + NB + bins)
+        seg_begin = tl.max(tl.where(bins < tile, seg_end, 0), axis=0)
+        start = tl.sum(tl.where(bins == tile, run_start, 0), axis=0)
+        end = tl.sum(tl.where(bins == tile + 1, run_start, 0), axis=0)
+        pos = start + (seg - seg_begin) * BLOCK_R + tl.arange(0, BLOCK_R)
+        live = pos < end
+        pair = tl.load(pairs_ptr + pos, mask=live, other=0).to(tl.int64)
+        row = pair // K
+        place = (pair % K).to(tl.int32)
+        room = K - place  # slots the pair may fill
+        base = row * (K * (K + 1) // 2) + place * K - place * (place - 1) // 2
+        slots = tl.arange(0, KP)
+        if tile < num_t:
+            thr = tl.load(tile_v_ptr + row * K + K - 1, mask=live, other=float("inf"))
+            inv_t_row = inv_t + tl.zeros([BLOCK_R], tl.float32)
+            if ROW_INV_T:
+                inv_t_row = tl.load(inv_t_ptr + row, mask=live, other=1.0)
+            col = tl.arange(0, BLOCK_V)
+            v0 = (tile * BLOCK_V).to(tl.int32)
+            acc = tl.zeros((BLOCK_R, BLOCK_V), tl.float32)
+            for k0 in range(0, H, BLOCK_K):
+                b = load_tile(w_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
+                a = _gather_rows(h_ptr, row, k0, H, stride_h, BLOCK_R, BLOCK_K)
+                a_lo, b_lo = a, b
+                if LO == 1:
+                    a_lo = _gather_rows(h_lo_ptr, row, k0, H, stride_h, BLOCK_R, BLOCK_K)
+                elif LO == 2:
+                    b_lo = load_tile(w_lo_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K,
+                                     USE_TMA)
+                acc = mixed_dot(a, a_lo, b, b_lo, acc, LO, DOT_PRECISION, UPCAST_DOT)
+            acc = round_logits(acc, LOGITS_DTYPE)
+            real = (v0 + col)[None, :] < V
+            acc = tl.where(real, acc, float("-inf"))
+            count = tl.sum(((acc >= thr[:, None]) & real).to(tl.int32), axis=1)
+            take = tl.where(live, tl.minimum(count, room), 0)
+            for r in range(0, tl.max(take, axis=0)):
+                best, at = tl.max(acc, axis=1, return_indices=True,
+                                  return_indices_tie_break_left=True)
+                keep = r < take
+                tl.store(out_v_ptr + base + r, best * inv_t_row, mask=keep)
+                tl.store(out_i_ptr + base + r, v0 + at, mask=keep)
+                idx = _columns(BLOCK_R, BLOCK_V, OPAQUE_COLUMNS)
+                acc = tl.where(idx == at[:, None], float("-inf"), acc)
+        else:  # the unfilled slots' pairs (fewer than K tiles in the vocab): no tile
+            take = tl.zeros([BLOCK_R], tl.int32)
+        rest = live[:, None] & (slots[None, :] >= take[:, None]) \
+            & (slots[None, :] < room[:, None])
         tl.store(out_v_ptr + base[:, None] + slots[None, :], float("-inf"), mask=rest)
         tl.store(out_i_ptr + base[:, None] + slots[None, :], V, mask=rest)
-        tile = tl.min(tl.where(valid & (tiles > tile), tiles, big))
 
 
 def rescan_topk(h_parts, w_parts, tile_v: torch.Tensor, tile_i: torch.Tensor,
@@ -182,18 +187,21 @@ def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma
     vocab, hidden_size = w_hi.shape
     dev = h_hi.device
     width = k * (k + 1) // 2
-    tiles, pairs = sort_tiles(tile_i, cdiv(vocab, cfg.block_v))
+    num_t = cdiv(vocab, cfg.block_v)
+    rows = RESCAN_ROWS_INTERPRETED if interpreting() else RESCAN_ROWS
+    _tiles, pairs, runs = sort_tiles(tile_i, num_t, rows)
     cand_v = torch.empty(1, n_rows, width, dtype=torch.float32, device=dev)
     cand_i = torch.empty(1, n_rows, width, dtype=torch.int32, device=dev)
-    rows = RESCAN_ROWS_INTERPRETED if interpreting() else RESCAN_ROWS
     w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], tma)
     inv_t_rows, inv_t = inv_t_args(inv_temperature)
-    launch(rescan_kernel, (cdiv(n_rows * k, rows),),
+    # segments: at most one a tile (the unfilled slots' bin num_t among them) more than
+    # the pairs fill
+    launch(rescan_kernel, (cdiv(n_rows * k, rows) + num_t + 1,),
         h_hi, h_lo, w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], tma) if lo == 2
-        else w_src, tiles, pairs, tile_v, tile_v if inv_t_rows is None else inv_t_rows,
-        cand_v, cand_i, vocab, hidden_size, k, n_rows * k, h_hi.stride(0), w_hi.stride(0),
+        else w_src, runs, pairs, tile_v, tile_v if inv_t_rows is None else inv_t_rows,
+        cand_v, cand_i, vocab, hidden_size, k, h_hi.stride(0), w_hi.stride(0),
         inv_t, BLOCK_R=rows, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
-        KP=next_power_of_2(k), USE_TMA=tma, DOT_PRECISION=dot_precision(mma),
+        KP=next_power_of_2(k), NB=runs.shape[1], USE_TMA=tma, DOT_PRECISION=dot_precision(mma),
         UPCAST_DOT=upcast_dot(mma), ROW_INV_T=inv_t_rows is not None,
         LOGITS_DTYPE=rounding, LO=lo, OPAQUE_COLUMNS=not interpreting(),
         num_warps=RESCAN_WARPS, num_stages=min(RESCAN_STAGES, cfg.num_stages))
