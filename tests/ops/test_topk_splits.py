@@ -30,7 +30,9 @@ def test_splits_are_whole_chunks_within_the_budget(vocab, num_sms):
     assert 1 <= chunk <= num_v
     for k in (1, 8, 32, 256):
         fixed, per_split_bytes = topk_forward._partial_bytes(num_v, k, chunk)
-        assert (fixed, per_split_bytes) == (16 * chunks, 8 * k)  # the chunks, one list a split
+        # the chunks, and the tiles' maxima (k = 1: each split's best)
+        assert (fixed, per_split_bytes) == ((16 * chunks, 8) if k == 1
+                                            else (16 * chunks + 4 * num_v, 0))
         per_row = fixed + per_split_bytes
         block = max(CFG.block_m, topk_forward.TOPK_PARTIAL_BUDGET_BYTES // per_row
                     // CFG.block_m * CFG.block_m)
@@ -41,7 +43,7 @@ def test_splits_are_whole_chunks_within_the_budget(vocab, num_sms):
                 per_split_bytes)
             assert per_split % chunk == 0, (vocab, k, n, splits, per_split, chunk)
             assert splits == math.ceil(num_v / per_split)  # no empty split
-            partial = rows * (16 * chunks + 8 * k * splits)
+            partial = rows * (16 * chunks + (8 * splits if k == 1 else 4 * num_v))
             assert partial <= max(topk_forward.TOPK_PARTIAL_BUDGET_BYTES,
                                   rows * per_row), (vocab, k, n, splits)
 
@@ -57,3 +59,15 @@ def test_the_chunk_does_not_depend_on_the_tokens():
     for n in (1, 256, 8192, 32768):
         splits, per_split, _rows = forward_splits(n, num_v, 132, FORWARD_16BIT)
         assert per_split == chunk and splits == math.ceil(num_v / chunk)
+
+
+@pytest.mark.parametrize("vocab", [151936, 152064])
+def test_16k_tokens_take_one_launch(vocab):
+    """The tiles' maxima (4 bytes a tile and row) and the chunks' statistics of 16384 tokens
+    fit the partial budget at V ~ 152k, under batch invariance or not: one launch (the row
+    block of _topk_range)."""
+    num_v = math.ceil(vocab / CFG.block_v)
+    for chunk in (None, invariant_chunk_tiles(num_v, 132, CFG)):
+        for k in (8, 32):
+            fixed, per_split = topk_forward._partial_bytes(num_v, k, chunk)
+            assert topk_forward.TOPK_PARTIAL_BUDGET_BYTES // (fixed + per_split) >= 16384

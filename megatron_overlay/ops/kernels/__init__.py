@@ -1,10 +1,10 @@
 """Triton kernels of the fused ops, one file per stage: its kernel(s) and their launcher.
 
     logprob_forward.py    per-token statistics: online log-sum-exp over vocab tiles
-    topk_forward.py       the same statistics plus each row's k best vocab tiles
+    topk_forward.py       the same statistics plus each (row, vocab tile)'s maximum
     topk_rescan.py        top-k, second stage: those tiles recomputed, the exact k kept
     tile_sort.py          the rescan's (row, tile) pairs ordered by tile (counting sort)
-    merge_topk.py         per-split candidate lists -> each row's ordered best k
+    merge_topk.py         candidate lists (splits', tiles' maxima) -> each row's ordered best k
     merge_splits.py       the forward stages' per-split statistics -> per-token ones
     finalize_stats.py     statistics -> lse, entropy, log-probs and the label check's record
     check_ids.py          given ids checked and sharded, with their record

@@ -1,7 +1,9 @@
 """Merge per-split candidate lists [S, N, W] into each row's ordered best k [N, k] (k <= S W).
 
-The top-k forward merges twice: its splits' lists of candidate vocab tiles (W = k), and
-the rescan's candidates ([1, N, k (k + 1) / 2], topk_rescan.py).
+The top-k forward merges twice: each row's vocab tiles by their maxima (``best_tiles``:
+the forward kernel's [tiles, N] maxima, a candidate a tile, its id the tile's index) and
+the rescan's candidates ([1, N, k (k + 1) / 2], topk_rescan.py); k = 1 merges its splits'
+argmaxima ([S, N, 1]).
 
 One launch in place of topk_merge.order_candidates' sorts (about twenty small launches of
 host work a call). Each candidate becomes one int64 key that orders as the contract does:
@@ -13,7 +15,8 @@ back to its value and id. A NaN value (a row whose temperature was invalid: ever
 of the row is NaN) is keyed as -inf and written back as NaN, as order_candidates does.
 
 The kernel's unfilled slots (ids >= the shard's vocab, value -inf; the same placeholder
-id in several splits) are keyed by their place instead, and come out as (-inf, PAD_ID).
+id in several splits) are keyed by their place instead, and come out as (-inf, PAD_ID), as
+do the places past a row's candidates where k exceeds them.
 """
 
 import torch
@@ -43,27 +46,50 @@ def _value(key32):
 
 @triton.jit
 def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, W, K, num_splits,
-                      BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, PAD: tl.constexpr):
+                      stride_s, stride_r, stride_w, BLOCK_R: tl.constexpr,
+                      WIDTH: tl.constexpr, PAD: tl.constexpr, SLOT_IDS: tl.constexpr):
+    """Candidate (split, row, slot) at split stride_s + row stride_r + slot stride_w;
+    ``SLOT_IDS``: a candidate's id is its slot (``part_i_ptr`` unused)."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     w = tl.arange(0, WIDTH)
     split, slot = w // W, w % W
     live = (rows[:, None] < N) & (split[None, :] < num_splits)
-    src = (split[None, :].to(tl.int64) * N + rows[:, None]) * W + slot[None, :]
+    src = split[None, :].to(tl.int64) * stride_s + rows[:, None].to(tl.int64) * stride_r \
+        + slot[None, :].to(tl.int64) * stride_w
     values = tl.load(part_v_ptr + src, mask=live, other=float("-inf"))
-    ids = tl.load(part_i_ptr + src, mask=live, other=0)
+    if SLOT_IDS:
+        ids = slot[None, :] + tl.zeros([BLOCK_R, WIDTH], tl.int32)
+    else:
+        ids = tl.load(part_i_ptr + src, mask=live, other=0)
     nan_row = tl.max((values != values).to(tl.int32), axis=1) > 0
     ids = tl.where(ids < V, ids, V + w[None, :])  # unfilled slots: distinct keys too
     keys = (_key32(values).to(tl.int64) << 32) | (0xFFFFFFFF - ids.to(tl.int64))
-    keys = tl.where(live, keys, -9223372036854775807 - 1)
+    none = -9223372036854775807 - 1  # below every key
+    keys = tl.where(live, keys, none)
     out = rows.to(tl.int64) * K
     for i in range(K):
         best = tl.max(keys, axis=1)
         key_id = 0xFFFFFFFF - (best & 0xFFFFFFFF)
         value = _value((best >> 32).to(tl.int32))
+        value = tl.where(best == none, float("-inf"), value)  # past the row's candidates
         value = tl.where(nan_row, float("nan"), value)
         tl.store(out_v_ptr + out + i, value, mask=rows < N)
         tl.store(out_i_ptr + out + i, tl.where(key_id < V, key_id, PAD), mask=rows < N)
-        keys = tl.where(keys == best[:, None], -9223372036854775807 - 1, keys)
+        keys = tl.where(keys == best[:, None], none, keys)
+
+
+def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides, out,
+                  elements):
+    values, ids = out if out is not None else (
+        torch.empty(n_rows, k, dtype=torch.float32, device=part_v.device),
+        torch.empty(n_rows, k, dtype=torch.int64, device=part_v.device))
+    width = next_power_of_2(splits * width_split)
+    block_r = max(1, min(64, elements // width))
+    launch(merge_topk_kernel, (cdiv(n_rows, block_r),),
+        part_v, part_v if part_i is None else part_i, values, ids, n_rows, vocab,
+        width_split, k, splits, *strides, BLOCK_R=block_r, WIDTH=width, PAD=PAD_ID,
+        SLOT_IDS=part_i is None, num_warps=4 if width <= 1024 else 8)
+    return values, ids
 
 
 def merge_topk(part_v: torch.Tensor, part_i: torch.Tensor, vocab: int, k: int | None = None,
@@ -72,13 +98,16 @@ def merge_topk(part_v: torch.Tensor, part_i: torch.Tensor, vocab: int, k: int | 
     unfilled), in the contract's order: descending value, ties to the lower id; k: W unless
     given; ``out``: contiguous [N, k] values and ids to write them to."""
     splits, n_rows, width_split = part_v.shape
-    k = width_split if k is None else k
-    values, ids = out if out is not None else (
-        torch.empty(n_rows, k, dtype=torch.float32, device=part_v.device),
-        torch.empty(n_rows, k, dtype=torch.int64, device=part_v.device))
-    width = next_power_of_2(splits * width_split)
-    block_r = max(1, min(64, MERGE_TOPK_ELEMENTS // width))
-    launch(merge_topk_kernel, (cdiv(n_rows, block_r),),
-        part_v, part_i, values, ids, n_rows, vocab, width_split, k, splits,
-        BLOCK_R=block_r, WIDTH=width, PAD=PAD_ID, num_warps=4 if width <= 1024 else 8)
-    return values, ids
+    return _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits,
+                         width_split if k is None else k,
+                         (n_rows * width_split, width_split, 1), out, MERGE_TOPK_ELEMENTS)
+
+
+def best_tiles(tile_max: torch.Tensor, k: int):
+    """([N, k] fp32 maxima, int64 tile indices): each row's k tiles with the largest maxima
+    of ``tile_max`` [tiles, N] (raw maxima, a tile's row contiguous), descending, ties to
+    the lower tile; past the tile count (k > tiles): (-inf, PAD_ID)."""
+    num_t, n_rows = tile_max.shape
+    # up to 8 rows a program: a tile's 8 maxima are one 32-byte sector
+    return _launch_merge(tile_max, None, n_rows, num_t, num_t, 1, k, (0, 1, n_rows), None,
+                         max(MERGE_TOPK_ELEMENTS, min(8 * next_power_of_2(num_t), 8192)))

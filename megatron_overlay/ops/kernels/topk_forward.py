@@ -1,34 +1,29 @@
-"""Top-k forward: the log-prob forward statistics plus each row's k best vocab tiles, in one pass.
+"""Top-k forward: the log-prob forward statistics plus each (row, vocab tile)'s maximum, in one pass.
 
 The same work items as logprob_forward.py (a tile of BLOCK_M tokens x a range of vocab
 tiles), on the same 128 x 256 tile: each logits tile is folded into the four statistics
-(``_online_stats.fold_max``, shared) with its row maxima, and the same maxima are offered
-to a per-row list of the k tiles with the largest maxima, kept in registers ([BLOCK_M, KP]
-raw maxima and tile indices; KP: k rounded up to a power of two; slots >= k hold +inf and
-are never evicted or stored). One candidate a tile and row: no rounds over the logits,
-whatever k, so the epilogue is the log-prob forward's plus a [BLOCK_M, KP] update.
-k = 1 keeps each tile's argmax column instead (the leftmost of equal maxima): the list's
-one entry is then the answer, scaled by inv_t at the end, and no rescan follows.
+(``_online_stats.fold_max``, shared) with its row maxima, and the same raw maxima (logits
+before the temperature) are stored, [tiles, N] fp32 (2.4 KB a row at V ~ 152k): one
+candidate a tile and row, no rounds over the logits and no per-row list in registers
+whatever k, so the epilogue is the log-prob forward's plus one coalesced store.
+``merge_topk.best_tiles`` then picks each row's k tiles with the largest maxima (ties to
+the lower tile, which holds the lower ids).
+k = 1 keeps each tile's argmax column instead (the leftmost of equal maxima) in a
+one-slot list a row and split: the splits' best is then the answer, scaled by inv_t at
+the end, and no rescan follows.
 
-The row's top-k logits all lie in those k tiles (topk_rescan.py says why), which the
-second stage recomputes for the row and takes its top k from (``rescan_topk``). The list
-works on raw maxima (logits before the temperature): inv_t > 0 keeps the order within a
-row. Equal maxima keep the lower tile (tiles come in ascending vocab order within a work
-item; the eviction takes the highest tile among equal minima; merge_topk breaks ties to
-the lower id), and the lower tile holds the lower ids.
+The row's top-k logits all lie in its k best tiles (topk_rescan.py says why), which the
+second stage recomputes for the row and takes its top k from (``rescan_topk``). Raw
+maxima order the tiles as the logits would: inv_t > 0 keeps the order within a row.
 
 The statistics fold and are stored per chunk of ``chunk_tiles`` vocab tiles (a split is
 a whole number of chunks): under batch invariance the chunks are the log-prob forward's
 invariant splits, so the merged statistics do not depend on this kernel's split count,
-which follows N (ops/batch_invariance.py); otherwise one chunk a split. The tile lists
-are maxima (exact) and the rescan's logits do not depend on N either.
-
-Each item writes its chunks' statistics to ``part`` and its (unordered) tile list to
-``part_v`` / ``part_i``; the host merges the chunks (merge_splits.py), the splits' tile
-lists (merge_topk.py), then rescans (topk_rescan.py).
+which follows N (ops/batch_invariance.py); otherwise one chunk a split. The maxima are
+exact and the rescan's logits do not depend on N either.
 
 Launch (below the kernels): ``topk_stats``, the top-k stage contract (ops/stages.py): the
-split count, the statistics' merge (merge_splits.py), the tile lists' merge and the rescan.
+split count, the statistics' merge (merge_splits.py), the tiles' pick and the rescan.
 """
 
 from __future__ import annotations
@@ -47,59 +42,37 @@ from ._tiles import mma_step, round_logits
 from .autotune_configs import KernelConfig
 from .launch import (cdiv, check_device, default_tma, dot_precision, interpreting,
                      inv_t_args, launch, lo_operand, logits_rounding, mma_dtype,
-                     next_power_of_2, rowmajor, sm_count, tile_source, upcast_dot)
+                     rowmajor, sm_count, tile_source, upcast_dot)
 from .. import batch_invariance
 from .logprob_forward import invariant_chunk_tiles
 from .merge_splits import merge_splits
-from .merge_topk import merge_topk
+from .merge_topk import best_tiles, merge_topk
 from .topk_rescan import rescan_block_rows, rescan_topk
 from .split_operand import split_hi_lo_into, split_rows
 
 
 @triton.jit
-def _offer_tile(acc_max, cand, run_v, run_i, KP: tl.constexpr):
-    """Offer the tile (its raw row maxima ``acc_max``; ``cand``: its index, or for k = 1
-    each row's column of the maximum) to each row's list of its k best tiles: it replaces
-    the slot holding the list's minimum (the highest tile among equal minima) where it
-    beats it. Tiles come in ascending order, so equal maxima keep the lower tile."""
-    if KP == 1:
-        better = (acc_max > tl.max(run_v, axis=1))[:, None]
-        run_v = tl.where(better, acc_max[:, None], run_v)
-        run_i = tl.where(better, cand[:, None], run_i)
-    else:
-        thr = tl.min(run_v, axis=1)
-        at_min = run_v == thr[:, None]
-        evict = tl.max(tl.where(at_min, run_i, -1), axis=1)
-        hit = at_min & (run_i == evict[:, None]) & (acc_max > thr)[:, None]
-        run_v = tl.where(hit, acc_max[:, None], run_v)
-        run_i = tl.where(hit, cand, run_i)
-    return run_v, run_i
-
-
-@triton.jit
 def topk_stats_kernel(
-    h_src, h_lo_src, w_src, w_lo_src, labels_ptr, part_ptr, part_v_ptr, part_i_ptr, inv_t_ptr,
-    N, V, H, K, stride_h, stride_w, inv_t,
+    h_src, h_lo_src, w_src, w_lo_src, labels_ptr, part_ptr, top_v_ptr, top_i_ptr, inv_t_ptr,
+    N, V, H, stride_h, stride_w, inv_t,
     num_splits, tiles_per_split, chunk_tiles, group_m,
-    BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KP: tl.constexpr,
-    WITH_ENTROPY: tl.constexpr, USE_TMA: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    UPCAST_DOT: tl.constexpr, ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr,
-    LO: tl.constexpr, HAS_LABELS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+    ARGMAX: tl.constexpr, WITH_ENTROPY: tl.constexpr, USE_TMA: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, ROW_INV_T: tl.constexpr,
+    LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr, HAS_LABELS: tl.constexpr,
 ):
-    """``LO`` and ``LOGITS_DTYPE`` as logprob_forward's kernel: the raw tile is rounded
-    before the statistics and the tile lists see it."""
+    """``top_v_ptr``: the raw maxima [tiles, N] (``top_i_ptr`` unused); ``ARGMAX`` (k = 1):
+    each split's best z and its id, [splits, N] each. ``LO`` and ``LOGITS_DTYPE`` as
+    logprob_forward's kernel: the raw tile is rounded before the statistics and the
+    maxima see it."""
     split, m0, rows, labels, inv_t, inv_t_col, v_begin, v_end = work_item(
         labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, group_m,
         BLOCK_M, BLOCK_V, ROW_INV_T, HAS_LABELS)
     k_tiles = tl.cdiv(H, BLOCK_K)
+    keep = rows < N
     m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
-    # k = 1 keeps the maximum's column (the answer) instead of the tile: no rescan
-    num_t = V if KP == 1 else tl.cdiv(V, BLOCK_V)
-    slots = tl.arange(0, KP)
-    # slots >= K: +inf, never the minimum; placeholder ids >= num_t mark unfilled slots
-    run_v = tl.where(slots[None, :] < K, float("-inf"), float("inf")) \
-        + tl.zeros([BLOCK_M, KP], tl.float32)
-    run_i = (num_t + slots[None, :]) + tl.zeros([BLOCK_M, KP], tl.int32)
+    best_v = tl.full([BLOCK_M], float("-inf"), tl.float32)  # ARGMAX: the split's best
+    best_i = tl.full([BLOCK_M], V, tl.int32)  # V: none yet
 
     # the statistics fold chunk by chunk (ops/batch_invariance.py), each stored at its end
     for c0 in range(v_begin, v_end, chunk_tiles):
@@ -114,51 +87,48 @@ def topk_stats_kernel(
             if HAS_LABELS:
                 zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
             acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
-            if KP == 1:  # the leftmost of equal maxima: ties to the lower id
-                acc_max, cand = tl.max(acc, axis=1, return_indices=True,
-                                       return_indices_tie_break_left=True)
-                cand = v0 + cand
+            if ARGMAX:  # the leftmost of equal maxima: ties to the lower id; tiles come in
+                acc_max, at = tl.max(acc, axis=1, return_indices=True,  # ascending order
+                                     return_indices_tie_break_left=True)
+                better = acc_max > best_v
+                best_v = tl.where(better, acc_max, best_v)
+                best_i = tl.where(better, v0 + at, best_i)
             else:
                 acc_max = tl.max(acc, axis=1)
-                cand = vt
+                # int32 offsets: a launch's maxima stay within the partial budget
+                tl.store(top_v_ptr + vt * N + rows, acc_max, mask=keep)
             m_i, s_i, t_i = fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i,
                                      WITH_ENTROPY)
-            run_v, run_i = _offer_tile(acc_max, cand, run_v, run_i, KP)
         store_stats(part_ptr, c0 // chunk_tiles, rows, N, m_i, s_i, t_i, zl_i)
         m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
 
-    keep = rows < N
-    # raw maxima (the rescan compares raw logits; k = 1: z, the answer); unfilled slots
-    # (a split with fewer than k tiles) -> -inf
-    if KP == 1:
-        run_v = run_v * inv_t_col
-    run_v = tl.where(run_i < num_t, run_v, float("-inf"))
-    top = (split.to(tl.int64) * N + rows[:, None]) * K + slots[None, :]
-    top_mask = keep[:, None] & (slots[None, :] < K)
-    tl.store(part_v_ptr + top, run_v, mask=top_mask)
-    tl.store(part_i_ptr + top, run_i, mask=top_mask)
+    if ARGMAX:  # z, the answer (a split without tiles keeps -inf and id V: unfilled)
+        top = split.to(tl.int64) * N + rows
+        tl.store(top_v_ptr + top, best_v * inv_t, mask=keep)
+        tl.store(top_i_ptr + top, best_i, mask=keep)
 
 
 # ----------------------------------------------------------------------------- launch
 
-# The partials, the per-split top-k lists ([splits, N, k] values and ids, 8 bytes a pair)
-# and the statistics (16 bytes a chunk, 66 chunks at V ~ 152k under batch invariance; else
-# a split), stay under this, in row blocks past it; where the lists are too wide for
-# merge_topk.py the host merges them a block of rows at a time with about
+# The partials, the tiles' maxima ([tiles, N] fp32: 2.4 KB a row at V ~ 152k; k = 1: the
+# splits' argmaxima, [splits, N] values and ids) and the statistics (16 bytes a chunk, 66
+# chunks at V ~ 152k under batch invariance; else a split), stay under this, in row blocks
+# past it (56 MiB: 16384 tokens in one launch at V ~ 152k); where a row has too many tiles
+# for merge_topk.py the host picks its k tiles a block of rows at a time with about
 # MERGE_BUDGET_BYTES of sort temporaries: the issue's forward target is <= 64 MiB beyond
-# the outputs (measured 8-42 MiB, docs/BENCHMARKS.md).
-TOPK_PARTIAL_BUDGET_BYTES = 44 << 20
+# the outputs (docs/BENCHMARKS.md).
+TOPK_PARTIAL_BUDGET_BYTES = 56 << 20
 MERGE_BUDGET_BYTES = 12 << 20
-# Candidates a row up to which the splits' lists merge in one kernel (merge_topk.py) rather
-# than with torch's sorts (order_candidates): wider rows would not fit its registers.
+# Candidates a row up to which they are ordered in one kernel (merge_topk.py) rather than
+# with torch's sorts (order_candidates): wider rows would not fit its registers.
 MERGE_TOPK_MAX_CANDIDATES = 8192
-# A work item's fixed cost in vocab tiles (pipeline fill, its partial lists and their
-# merge): what made 33 splits of 18 tiles slower than 2 of 297 (measured with the previous
-# kernel, whose first tiles of a split also took top-k rounds).
+# A work item's fixed cost in vocab tiles (pipeline fill, its partials and their merge):
+# what made 33 splits of 18 tiles slower than 2 of 297 (measured with an earlier kernel,
+# whose first tiles of a split also took top-k rounds).
 ITEM_COST_TILES = 2
 
 # The log-prob forward's tile (128 x 256, 8 warps, one work item per multiprocessor): the
-# tile lists keep only [128, k] maxima and ids beside the accumulator (the kernel above).
+# kernel above keeps nothing beside its accumulator and statistics but k = 1's best.
 # fp32 inputs: a narrower tile (3xTF32 dots need more registers). Interpreter: tiny tiles.
 TOPK_16BIT = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, group_m=8)
 TOPK_FP32 = KernelConfig(128, 64, 32, num_warps=8, num_stages=3, group_m=8)
@@ -184,19 +154,18 @@ def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int, unit: int
             fixed_bytes: int, split_bytes: int) -> tuple[int, int]:
     """(splits, vocab tiles per split), the tiles per split a multiple of ``unit`` (the
     statistics' chunk), under the partial budget: ``fixed_bytes`` a row whatever the split
-    count (the chunks' statistics), ``split_bytes`` a row and split (its top-k list, and
-    its statistics when they are per split): _partial_bytes.
+    count (the chunks' statistics, the tiles' maxima), ``split_bytes`` a row and split (k =
+    1's best, the statistics when they are per split): _partial_bytes.
 
     The span, waves x (tiles per work item + ITEM_COST_TILES) (the last wave's idle
     multiprocessors count), is what the GEMM costs; among split counts within 1% of the
     shortest span, k > 8 takes the fewest, k <= 8 the one nearest two waves (fewer token
     tiles in flight keep their hidden rows in L2). Picked from a sweep of split counts on
-    one H200 (docs/BENCHMARKS.md) with the previous kernel, whose splits each started
-    with up to k rounds a tile over the logits; the tile lists have no rounds, and the
-    rule has not been swept again.
+    one H200 (docs/BENCHMARKS.md) with an earlier kernel, whose splits each started with
+    up to k rounds a tile over the logits; the rule has not been swept again.
     """
     room = TOPK_PARTIAL_BUDGET_BYTES // max(n_rows, 1) - fixed_bytes
-    cap = max(1, min(num_v, room // split_bytes))
+    cap = num_v if split_bytes == 0 else max(1, min(num_v, room // split_bytes))
     two_waves = max(1, min(cap, math.ceil(2 * num_sms / num_m)))
     # each split count's tiles per split, rounded up to the unit: [(splits, per_split)]
     layouts = {}
@@ -296,10 +265,12 @@ def _best_k(n_tokens, k, width, candidates, dev):
 
 def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None) -> tuple[int, int]:
     """A row's partial bytes, (whatever the split count, per split): the statistics (16
-    bytes a chunk under batch invariance, else 16 a split) and its top-k list (8 k)."""
-    if chunk_tiles is None:
-        return 0, 16 + 8 * k
-    return 16 * cdiv(num_v, chunk_tiles), 8 * k
+    bytes a chunk under batch invariance, else 16 a split) and the tiles' maxima (4 a
+    tile; k = 1: a split's best z and id, 8)."""
+    fixed, per_split = (0, 16) if chunk_tiles is None else (16 * cdiv(num_v, chunk_tiles), 0)
+    if k == 1:
+        return fixed, per_split + 8
+    return fixed + 4 * num_v, per_split
 
 
 def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
@@ -359,25 +330,28 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
         torch.empty(n_tokens, 4, dtype=torch.float32, device=dev)
     part = stats if chunks == 1 else torch.empty(chunks, n_tokens, 4, dtype=torch.float32,
                                                  device=dev)
-    part_v = torch.empty(splits, n_tokens, k, dtype=torch.float32, device=dev)
-    part_i = torch.empty(splits, n_tokens, k, dtype=torch.int32, device=dev)
+    if k == 1:  # each split's best
+        top_v = torch.empty(splits, n_tokens, 1, dtype=torch.float32, device=dev)
+        top_i = torch.empty(splits, n_tokens, 1, dtype=torch.int32, device=dev)
+    else:  # each tile's maxima
+        top_v = top_i = torch.empty(num_v, n_tokens, dtype=torch.float32, device=dev)
     inv_t_rows, inv_t = inv_t_args(inv_temperature)
     h_src = tile_source(h_hi, [cfg.block_m, cfg.block_k], tma)
     w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], tma)
     launch(topk_stats_kernel, (num_m * splits,),
         h_src, tile_source(h_lo, [cfg.block_m, cfg.block_k], tma) if lo == 1 else h_src,
         w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], tma) if lo == 2 else w_src,
-        part if labels is None else labels, part, part_v, part_i,
+        part if labels is None else labels, part, top_v, top_i,
         part if inv_t_rows is None else inv_t_rows,
-        n_tokens, vocab, hidden_size, k, h_hi.stride(0), w_hi.stride(0), inv_t,
+        n_tokens, vocab, hidden_size, h_hi.stride(0), w_hi.stride(0), inv_t,
         splits, per_split, chunk_tiles, cfg.group_m,
         BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
-        KP=next_power_of_2(k), WITH_ENTROPY=with_entropy, USE_TMA=tma,
+        ARGMAX=k == 1, WITH_ENTROPY=with_entropy, USE_TMA=tma,
         DOT_PRECISION=dot_precision(mma), UPCAST_DOT=upcast_dot(mma),
         ROW_INV_T=inv_t_rows is not None, LOGITS_DTYPE=rounding, LO=lo,
         HAS_LABELS=labels is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    lists = n_tokens * k * 12  # the rows' tile lists beside the rescan (fp32 and int64)
+    lists = n_tokens * k * 12  # the rows' k tiles beside the rescan (fp32 and int64)
     if stats is None and k > 1 and (
             cdiv(n_tokens, rescan_block_rows(k, part.numel() * 4 + lists))
             > cdiv(n_tokens, rescan_block_rows(k, 16 * n_tokens + lists))):
@@ -390,18 +364,19 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     elif chunks > 1:
         merge_splits(part, stats, with_entropy)
     del part  # merged: its memory goes to the rescan's row blocks
-    if k == 1:  # the kernel's lists hold the maxima's ids and z: the splits' best
-        return (stats, *merge_topk(part_v, part_i, vocab))
-    # each row's k best tiles over the splits, then its top k within them
-    if splits * k <= MERGE_TOPK_MAX_CANDIDATES:  # one launch (merge_topk.py)
-        tile_v, tile_i = merge_topk(part_v, part_i, num_v)
+    if k == 1:  # the splits' best z and their ids
+        return (stats, *merge_topk(top_v, top_i, vocab))
+    # each row's k best tiles, then its top k within them
+    if num_v <= MERGE_TOPK_MAX_CANDIDATES:  # one launch (merge_topk.py)
+        tile_v, tile_i = best_tiles(top_v, k)
     else:
-        def candidates(rows):  # the splits' lists of these rows side by side
-            cand_i = part_i[:, rows].permute(1, 0, 2).reshape(-1, splits * k).long()
-            cand_i = torch.where(cand_i >= num_v, PAD_ID, cand_i)  # unfilled slots
-            return part_v[:, rows].permute(1, 0, 2).reshape(-1, splits * k), cand_i
+        tile_ids = torch.arange(num_v, device=dev)
 
-        tile_v, tile_i = _best_k(n_tokens, k, splits * k, candidates, dev)
-    del part_v, part_i
+        def candidates(rows):
+            maxima = top_v[:, rows].t()
+            return maxima, tile_ids.expand(maxima.shape[0], num_v)
+
+        tile_v, tile_i = _best_k(n_tokens, k, num_v, candidates, dev)
+    del top_v, top_i
     return (stats, *rescan_topk(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma,
                                 lo, mma, rounding, stats.numel() * 4 + lists))

@@ -1,16 +1,16 @@
 """Top-k, second stage: recompute each row's candidate vocab tiles and take its top k there.
 
-The forward kernel (topk_forward.py) keeps, per row, the k vocab tiles with the largest
-maxima (one candidate a tile: no rounds over the logits). Each of the row's top-k logits
+The forward kernel (topk_forward.py) stores each (row, vocab tile)'s maximum and
+merge_topk.best_tiles picks each row's k tiles with the largest. Each of the row's top-k logits
 lies in one of them: the k-th largest tile maximum ``thr`` is a logit, so the row's k-th
 largest logit is >= thr, and a tile whose maximum is below thr holds nothing >= thr (of
 tiles tied at thr, those with the lower ids are kept, which hold the lower ids).
 
 Here the (row, candidate tile) pairs, ordered by tile (tile_sort.py: a stable counting
 sort, two launches), are recomputed a segment at a time: a program takes one segment, at
-most BLOCK_R consecutive pairs of one tile (the sort's runs table says which), one MMA of
-the pairs' gathered hidden rows against the tile's weight rows, then takes each row's logits >= thr,
-largest first (ties to the lower column), as many as the pair can contribute: the row's
+most BLOCK_R consecutive pairs of one tile (the sort's runs table says which), one MMA
+of the pairs' gathered hidden rows against the tile's weight rows, then takes each row's
+logits >= thr, largest first (ties to the lower column), as many as the pair can contribute: the row's
 j-th best tile (0-based) has j better tiles ahead of it, each holding a logit that ranks
 above all of its own (a larger one, or an equal one with a lower id), so k - j at most.
 Pair j's slots are at j k - j (j - 1) / 2 of the row's k (k + 1) / 2 candidates; unused
