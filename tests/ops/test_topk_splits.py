@@ -39,7 +39,7 @@ def test_splits_are_whole_chunks_within_the_budget(vocab, num_sms):
         for n in (1, 127, 256, 1000, 8192, 32768, 100_000):
             rows = min(n, block)  # a launch's rows (_topk_range's row blocks)
             splits, per_split = topk_forward._splits(
-                math.ceil(rows / CFG.block_m), num_v, rows, k, num_sms, chunk, fixed,
+                math.ceil(rows / CFG.block_m), num_v, rows, num_sms, chunk, fixed,
                 per_split_bytes)
             assert per_split % chunk == 0, (vocab, k, n, splits, per_split, chunk)
             assert splits == math.ceil(num_v / per_split)  # no empty split

@@ -150,8 +150,8 @@ def _config(dtype: torch.dtype, lo: int) -> KernelConfig:
 
 
 @functools.lru_cache(maxsize=4096)
-def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int, unit: int,
-            fixed_bytes: int, split_bytes: int) -> tuple[int, int]:
+def _splits(num_m: int, num_v: int, n_rows: int, num_sms: int, unit: int, fixed_bytes: int,
+            split_bytes: int) -> tuple[int, int]:
     """(splits, vocab tiles per split), the tiles per split a multiple of ``unit`` (the
     statistics' chunk), under the partial budget: ``fixed_bytes`` a row whatever the split
     count (the chunks' statistics, the tiles' maxima), ``split_bytes`` a row and split (k =
@@ -159,10 +159,10 @@ def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int, unit: int
 
     The span, waves x (tiles per work item + ITEM_COST_TILES) (the last wave's idle
     multiprocessors count), is what the GEMM costs; among split counts within 1% of the
-    shortest span, k > 8 takes the fewest, k <= 8 the one nearest two waves (fewer token
-    tiles in flight keep their hidden rows in L2). Picked from a sweep of split counts on
-    one H200 (docs/BENCHMARKS.md) with an earlier kernel, whose splits each started with
-    up to k rounds a tile over the logits; the rule has not been swept again.
+    shortest span, the one nearest two waves (fewer token tiles in flight keep their hidden
+    rows in L2), whatever k: the kernel's work does not depend on k. (With per-split lists
+    of k tiles, k > 8 took the fewest splits; kept with the maxima, that made the kernel
+    5% slower at 8192 tokens, k = 32, than k = 8's choice: docs/BENCHMARKS.md.)
     """
     room = TOPK_PARTIAL_BUDGET_BYTES // max(n_rows, 1) - fixed_bytes
     cap = num_v if split_bytes == 0 else max(1, min(num_v, room // split_bytes))
@@ -179,7 +179,7 @@ def _splits(num_m: int, num_v: int, n_rows: int, k: int, num_sms: int, unit: int
 
     shortest = min(span(s) for s in layouts)
     near = sorted(s for s in layouts if span(s) <= shortest * 1.01)
-    chosen = near[0] if k > 8 else min(near, key=lambda s: (abs(s - two_waves), s))
+    chosen = min(near, key=lambda s: (abs(s - two_waves), s))
     return chosen, layouts[chosen]
 
 
@@ -319,7 +319,7 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     num_v = cdiv(vocab, cfg.block_v)
     unit = chunk_tiles or 1
     if splits is None:
-        splits, per_split = _splits(num_m, num_v, n_tokens, k, sm_count(dev), unit,
+        splits, per_split = _splits(num_m, num_v, n_tokens, sm_count(dev), unit,
                                     *_partial_bytes(num_v, k, chunk_tiles))
     else:  # tools: a given split count (fewer where the vocab tiles run out)
         per_split = cdiv(cdiv(num_v, max(1, min(splits, num_v))), unit) * unit
