@@ -30,9 +30,11 @@ def test_splits_are_whole_chunks_within_the_budget(vocab, num_sms):
     assert 1 <= chunk <= num_v
     for k in (1, 8, 32, 256):
         fixed, per_split_bytes = topk_forward._partial_bytes(num_v, k, chunk)
-        # the chunks, and the tiles' maxima (k = 1: each split's best)
+        # the chunks, and the tiles' maxima, with their second maxima from
+        # SECOND_MAX_MIN_K (k = 1: each split's best)
+        tile_bytes = 8 if k >= topk_forward.SECOND_MAX_MIN_K else 4
         assert (fixed, per_split_bytes) == ((16 * chunks, 8) if k == 1
-                                            else (16 * chunks + 4 * num_v, 0))
+                                            else (16 * chunks + tile_bytes * num_v, 0))
         per_row = fixed + per_split_bytes
         block = max(CFG.block_m, topk_forward.TOPK_PARTIAL_BUDGET_BYTES // per_row
                     // CFG.block_m * CFG.block_m)
@@ -43,7 +45,7 @@ def test_splits_are_whole_chunks_within_the_budget(vocab, num_sms):
                 per_split_bytes)
             assert per_split % chunk == 0, (vocab, k, n, splits, per_split, chunk)
             assert splits == math.ceil(num_v / per_split)  # no empty split
-            partial = rows * (16 * chunks + (8 * splits if k == 1 else 4 * num_v))
+            partial = rows * (16 * chunks + (8 * splits if k == 1 else tile_bytes * num_v))
             assert partial <= max(topk_forward.TOPK_PARTIAL_BUDGET_BYTES,
                                   rows * per_row), (vocab, k, n, splits)
 
@@ -62,12 +64,13 @@ def test_the_chunk_does_not_depend_on_the_tokens():
 
 
 @pytest.mark.parametrize("vocab", [151936, 152064])
-def test_16k_tokens_take_one_launch(vocab):
-    """The tiles' maxima (4 bytes a tile and row) and the chunks' statistics of 16384 tokens
-    fit the partial budget at V ~ 152k, under batch invariance or not: one launch (the row
-    block of _topk_range)."""
+def test_tokens_a_launch(vocab):
+    """The tiles' maxima (4 bytes a tile and row; 8 with their second maxima) and the
+    chunks' statistics of 16384 tokens (8192 with the second maxima) fit the partial budget
+    at V ~ 152k, under batch invariance or not: one launch (the row block of _topk_range)."""
     num_v = math.ceil(vocab / CFG.block_v)
     for chunk in (None, invariant_chunk_tiles(num_v, 132, CFG)):
-        for k in (8, 32):
+        for k in (1, 8, 32):
             fixed, per_split = topk_forward._partial_bytes(num_v, k, chunk)
-            assert topk_forward.TOPK_PARTIAL_BUDGET_BYTES // (fixed + per_split) >= 16384
+            rows = 8192 if k > 1 and topk_forward._second_max(num_v, k) else 16384
+            assert topk_forward.TOPK_PARTIAL_BUDGET_BYTES // (fixed + per_split) >= rows

@@ -27,7 +27,7 @@ CASES = ([f"topk-{n}x{h}x{v}-k{k}-{d}" for n, h, v, k in TOPK_SHAPES for d in DT
          + [f"rowtemp-{d}" for d in DTYPES] + [f"sparse-{d}" for d in DTYPES + ["float16"]]
          + [f"gather-{d}" for d in DTYPES]
          + [f"op-{d}" for d in DTYPES] + [f"invariant-{d}" for d in DTYPES]
-         + ["mergetopk-float32", "tilesort-int64"]
+         + ["mergetopk-float32", "tilesort-int64", "secondmax-float32"]
          + [f"checkids-{d}" for d in ("int64", "int32")]
          + [f"unmerged-{d}" for d in DTYPES] + [f"clustered-{d}" for d in DTYPES]
          + [f"modes-{m}" for m in ("bf16logits", "fp32hidden", "fp32weight")])
@@ -314,8 +314,46 @@ def _worker() -> int:
                         maxima.t(), torch.arange(num_t).expand(n, num_t), k), k)
                     same_v &= torch.equal(got_v, ref_v)
                     same_i &= torch.equal(got_i, ref_i)
+                    # with the tiles' second maxima (topk_forward.pack_second's layout; here
+                    # halves, exact in bfloat16, so ties with thr too) and argmax columns:
+                    # codes past the tile count where the second maximum is below thr
+                    second = maxima - (torch.randint(0, 3, (num_t, n), generator=g) / 2)
+                    second[:, 4] = float("-inf")  # tiles of one logit
+                    at = torch.randint(0, 32, (num_t, n), generator=g, dtype=torch.int32)
+                    packed = (second.view(torch.int32) & -65536) | at
+                    got_v, got_c = best_tiles(maxima, k, packed, 32)
+                    tile = ref_i.clamp(max=num_t - 1).t()
+                    rows = torch.arange(n).expand(k, n)
+                    known = (second[tile, rows] < ref_v[:, -1]).t()
+                    ref_c = torch.where(known, num_t + 1 + ref_i * 32 + at[tile, rows].t(), ref_i)
+                    ref_c = torch.where(ref_i == PAD_ID, PAD_ID, ref_c)
+                    same_v &= torch.equal(got_v, ref_v)
+                    same_i &= torch.equal(got_c, ref_c)
                 report[case] = {"stats_err": 0.0, "dtype": "float32",
                                 "values_err": 0.0 if same_v else 1.0, "ids_equal": same_i}
+            elif kind == "secondmax":  # a tile's second maximum rounded up, never down
+                # logits (hidden rows one-hot) a bfloat16 step apart near thr = +-(1 + 2^-9):
+                # row 0's tile 0 holds 3 and 1 + 2^-9 + 2^-12 > thr, tile 1 thr itself; row
+                # 1 the same below zero. Rounded down to bfloat16, the second maximum would
+                # read below thr and tile 0 would not be recomputed: its second logit lost.
+                # Rows 2-3: the second maximum truly below thr (no rescan needed).
+                t_pos, eps = 1 + 2 ** -9, 2 ** -12
+                weight = torch.full((130, 16), 0.0)
+                weight[:, :4] = -5.0
+                for c, (near, thr) in enumerate(((t_pos + eps, t_pos), (-t_pos + eps, -t_pos),
+                                                 (t_pos - eps, t_pos), (-t_pos - eps, -t_pos))):
+                    weight[5, c], weight[9, c], weight[40, c] = 3.0, near, thr
+                hidden = torch.eye(16)[[0, 1, 2, 3, 0, 1]]
+                res = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
+                       "dtype": "float32"}
+                for k in (2, 3):
+                    ref = torch_topk.topk_stats(hidden, weight, None, 1 / 0.7, True, k)
+                    got = triton_topk.topk_stats(hidden, weight, None, 1 / 0.7, True, k)
+                    res["values_err"] = max(res["values_err"],
+                                            (got[1] - ref[1]).abs().max().item())
+                    res["ids_equal"] &= torch.equal(got[2], ref[2])
+                    res["ids_equal"] &= torch.equal(got[2][:2, :2], torch.tensor([[5, 9]] * 2))
+                report[case] = res
             elif kind == "invariant":  # batch invariance of the top-k kernel
                 hidden, weight, labels, _ = inputs(70, 16, 200, dtype, seed=12)
                 labels[labels < 0] = -100

@@ -46,10 +46,13 @@ def _value(key32):
 
 @triton.jit
 def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, W, K, num_splits,
-                      stride_s, stride_r, stride_w, BLOCK_R: tl.constexpr,
-                      WIDTH: tl.constexpr, PAD: tl.constexpr, SLOT_IDS: tl.constexpr):
+                      stride_s, stride_r, stride_w, block_v, BLOCK_R: tl.constexpr,
+                      WIDTH: tl.constexpr, PAD: tl.constexpr, SLOT_IDS: tl.constexpr,
+                      CODES: tl.constexpr, KP: tl.constexpr):
     """Candidate (split, row, slot) at split stride_s + row stride_r + slot stride_w;
-    ``SLOT_IDS``: a candidate's id is its slot (``part_i_ptr`` unused)."""
+    ``SLOT_IDS``: a candidate's id is its slot (``part_i_ptr`` unused). ``CODES``
+    (best_tiles with the tiles' second maxima, ``part_i_ptr`` [tiles, N] int32 packed as
+    topk_forward.pack_second): the ids written are rescan codes, ``best_tiles`` says."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     w = tl.arange(0, WIDTH)
     split, slot = w // W, w % W
@@ -67,6 +70,9 @@ def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, W, K, 
     none = -9223372036854775807 - 1  # below every key
     keys = tl.where(live, keys, none)
     out = rows.to(tl.int64) * K
+    slots = tl.arange(0, KP)
+    chosen = tl.zeros([BLOCK_R, KP], tl.int64)  # CODES: the tiles picked, in order
+    thr = tl.full([BLOCK_R], float("-inf"), tl.float32)  # the last value picked
     for i in range(K):
         best = tl.max(keys, axis=1)
         key_id = 0xFFFFFFFF - (best & 0xFFFFFFFF)
@@ -74,12 +80,26 @@ def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, W, K, 
         value = tl.where(best == none, float("-inf"), value)  # past the row's candidates
         value = tl.where(nan_row, float("nan"), value)
         tl.store(out_v_ptr + out + i, value, mask=rows < N)
-        tl.store(out_i_ptr + out + i, tl.where(key_id < V, key_id, PAD), mask=rows < N)
+        if CODES:
+            chosen = tl.where(slots[None, :] == i, key_id[:, None], chosen)
+            thr = value
+        else:
+            tl.store(out_i_ptr + out + i, tl.where(key_id < V, key_id, PAD), mask=rows < N)
         keys = tl.where(keys == best[:, None], none, keys)
+    if CODES:  # a tile whose second maximum lies below thr holds one logit >= thr: its max
+        tile = chosen < V
+        live = (rows < N)[:, None] & (slots < K)[None, :]
+        info = tl.load(part_i_ptr + chosen * stride_w + rows[:, None].to(tl.int64) * stride_r,
+                       mask=live & tile, other=0x7F800000)  # +inf: no verdict
+        second = (info & -65536).to(tl.float32, bitcast=True)
+        code = tl.where(second < thr[:, None], V + 1 + chosen * block_v + (info & 0xFFFF),
+                        chosen)
+        tl.store(out_i_ptr + out[:, None] + slots[None, :], tl.where(tile, code, PAD),
+                 mask=live)
 
 
 def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides, out,
-                  elements):
+                  elements, codes=None, block_v=0):
     values, ids = out if out is not None else (
         torch.empty(n_rows, k, dtype=torch.float32, device=part_v.device),
         torch.empty(n_rows, k, dtype=torch.int64, device=part_v.device))
@@ -87,8 +107,10 @@ def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides
     block_r = max(1, min(64, elements // width))
     launch(merge_topk_kernel, (cdiv(n_rows, block_r),),
         part_v, part_v if part_i is None else part_i, values, ids, n_rows, vocab,
-        width_split, k, splits, *strides, BLOCK_R=block_r, WIDTH=width, PAD=PAD_ID,
-        SLOT_IDS=part_i is None, num_warps=4 if width <= 1024 else 8)
+        width_split, k, splits, *strides, block_v, BLOCK_R=block_r, WIDTH=width, PAD=PAD_ID,
+        SLOT_IDS=codes is not None or part_i is None, CODES=codes is not None,
+        KP=next_power_of_2(k) if codes is not None else 1,
+        num_warps=4 if width <= 1024 else 8)
     return values, ids
 
 
@@ -103,11 +125,20 @@ def merge_topk(part_v: torch.Tensor, part_i: torch.Tensor, vocab: int, k: int | 
                          (n_rows * width_split, width_split, 1), out, MERGE_TOPK_ELEMENTS)
 
 
-def best_tiles(tile_max: torch.Tensor, k: int):
+def best_tiles(tile_max: torch.Tensor, k: int, tile_second: torch.Tensor | None = None,
+               block_v: int = 0):
     """([N, k] fp32 maxima, int64 tile indices): each row's k tiles with the largest maxima
     of ``tile_max`` [tiles, N] (raw maxima, a tile's row contiguous), descending, ties to
-    the lower tile; past the tile count (k > tiles): (-inf, PAD_ID)."""
+    the lower tile; past the tile count (k > tiles): (-inf, PAD_ID).
+
+    ``tile_second`` [tiles, N] int32 (each tile's second maximum, rounded up, and its
+    argmax column, as topk_forward.pack_second packs them; tiles of ``block_v`` columns):
+    the ids are rescan codes instead: a chosen tile whose second maximum is below the row's
+    k-th largest maximum thr holds one logit >= thr, its maximum, whose id is then known,
+    and its code is tiles + 1 + that id; any other tile's code is its index, which
+    topk_rescan.py recomputes."""
     num_t, n_rows = tile_max.shape
     # up to 8 rows a program: a tile's 8 maxima are one 32-byte sector
-    return _launch_merge(tile_max, None, n_rows, num_t, num_t, 1, k, (0, 1, n_rows), None,
-                         max(MERGE_TOPK_ELEMENTS, min(8 * next_power_of_2(num_t), 8192)))
+    return _launch_merge(tile_max, tile_second, n_rows, num_t, num_t, 1, k, (0, 1, n_rows),
+                         None, max(MERGE_TOPK_ELEMENTS, min(8 * next_power_of_2(num_t), 8192)),
+                         codes=tile_second, block_v=block_v)

@@ -15,6 +15,11 @@ the end, and no rescan follows.
 The row's top-k logits all lie in its k best tiles (topk_rescan.py says why), which the
 second stage recomputes for the row and takes its top k from (``rescan_topk``). Raw
 maxima order the tiles as the logits would: inv_t > 0 keeps the order within a row.
+From k = SECOND_MAX_MIN_K the kernel also stores each (row, tile)'s second largest logit,
+rounded up to bfloat16, and its maximum's column (``pack_second``, [tiles, N] int32): a
+chosen tile whose second maximum lies below the row's k-th best tile maximum thr holds
+one logit >= thr, its maximum, known without recomputing the tile (with random logits
+all but about one of a row's k tiles), so the rescan's MMAs shrink to the other tiles.
 
 The statistics fold and are stored per chunk of ``chunk_tiles`` vocab tiles (a split is
 a whole number of chunks): under batch invariance the chunks are the log-prob forward's
@@ -52,17 +57,34 @@ from .split_operand import split_hi_lo_into, split_rows
 
 
 @triton.jit
+def pack_second(acc, acc_max, at):
+    """int32: the rows' second largest raw logit of the tile (the maximum again where it is
+    tied), rounded up to bfloat16 (its high 16 bits), and the maximum's column ``at`` (low
+    16 bits; the leftmost of equal maxima). Rounded up, "second < thr" still proves that
+    the tile holds one logit >= thr; NaN reads as +inf (no proof)."""
+    ties = tl.sum((acc == acc_max[:, None]).to(tl.int32), axis=1)
+    below = tl.max(tl.where(acc < acc_max[:, None], acc, float("-inf")), axis=1)
+    second = tl.where(ties > 1, acc_max, below)
+    second = tl.where((second != second) | (acc_max != acc_max), float("inf"), second)
+    bits = second.to(tl.int32, bitcast=True)
+    bits = tl.where(bits >= 0, bits + 0xFFFF, bits) & -65536  # toward +inf (sign: truncate)
+    return bits | at.to(tl.int32)
+
+
+@triton.jit
 def topk_stats_kernel(
     h_src, h_lo_src, w_src, w_lo_src, labels_ptr, part_ptr, top_v_ptr, top_i_ptr, inv_t_ptr,
     N, V, H, stride_h, stride_w, inv_t,
     num_splits, tiles_per_split, chunk_tiles, group_m,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
-    ARGMAX: tl.constexpr, WITH_ENTROPY: tl.constexpr, USE_TMA: tl.constexpr,
+    ARGMAX: tl.constexpr, SECOND: tl.constexpr, WITH_ENTROPY: tl.constexpr,
+    USE_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, ROW_INV_T: tl.constexpr,
     LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr, HAS_LABELS: tl.constexpr,
 ):
-    """``top_v_ptr``: the raw maxima [tiles, N] (``top_i_ptr`` unused); ``ARGMAX`` (k = 1):
-    each split's best z and its id, [splits, N] each. ``LO`` and ``LOGITS_DTYPE`` as
+    """``top_v_ptr``: the raw maxima [tiles, N]; ``SECOND``: ``top_i_ptr`` each (row,
+    tile)'s second maximum and argmax [tiles, N] (pack_second), else unused; ``ARGMAX``
+    (k = 1): each split's best z and its id, [splits, N] each. ``LO`` and ``LOGITS_DTYPE`` as
     logprob_forward's kernel: the raw tile is rounded before the statistics and the
     maxima see it."""
     split, m0, rows, labels, inv_t, inv_t_col, v_begin, v_end = work_item(
@@ -93,9 +115,14 @@ def topk_stats_kernel(
                 better = acc_max > best_v
                 best_v = tl.where(better, acc_max, best_v)
                 best_i = tl.where(better, v0 + at, best_i)
+            elif SECOND:
+                acc_max, at = tl.max(acc, axis=1, return_indices=True,
+                                     return_indices_tie_break_left=True)
+                # int32 offsets: a launch's maxima stay within the partial budget
+                tl.store(top_v_ptr + vt * N + rows, acc_max, mask=keep)
+                tl.store(top_i_ptr + vt * N + rows, pack_second(acc, acc_max, at), mask=keep)
             else:
                 acc_max = tl.max(acc, axis=1)
-                # int32 offsets: a launch's maxima stay within the partial budget
                 tl.store(top_v_ptr + vt * N + rows, acc_max, mask=keep)
             m_i, s_i, t_i = fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i,
                                      WITH_ENTROPY)
@@ -110,10 +137,11 @@ def topk_stats_kernel(
 
 # ----------------------------------------------------------------------------- launch
 
-# The partials, the tiles' maxima ([tiles, N] fp32: 2.4 KB a row at V ~ 152k; k = 1: the
-# splits' argmaxima, [splits, N] values and ids) and the statistics (16 bytes a chunk, 66
-# chunks at V ~ 152k under batch invariance; else a split), stay under this, in row blocks
-# past it (56 MiB: 16384 tokens in one launch at V ~ 152k); where a row has too many tiles
+# The partials, the tiles' maxima ([tiles, N] fp32: 2.4 KB a row at V ~ 152k, twice that
+# with the second maxima; k = 1: the splits' argmaxima, [splits, N] values and ids) and
+# the statistics (16 bytes a chunk, 66 chunks at V ~ 152k under batch invariance; else a
+# split), stay under this, in row blocks past it (56 MiB: 16384 tokens in one launch at
+# V ~ 152k, 8192 with the second maxima); where a row has too many tiles
 # for merge_topk.py the host picks its k tiles a block of rows at a time with about
 # MERGE_BUDGET_BYTES of sort temporaries: the issue's forward target is <= 64 MiB beyond
 # the outputs (docs/BENCHMARKS.md).
@@ -122,6 +150,12 @@ MERGE_BUDGET_BYTES = 12 << 20
 # Candidates a row up to which they are ordered in one kernel (merge_topk.py) rather than
 # with torch's sorts (order_candidates): wider rows would not fit its registers.
 MERGE_TOPK_MAX_CANDIDATES = 8192
+# k from which the kernel also stores each (row, tile)'s second maximum and argmax
+# (pack_second: 4 more bytes a tile and row, a longer epilogue), so that of a row's k
+# tiles only those holding two logits >= thr are recomputed (topk_rescan.py): with
+# random logits about one tile a row. Rows of more than MERGE_TOPK_MAX_CANDIDATES tiles
+# never (their tiles are picked with torch's sorts).
+SECOND_MAX_MIN_K = 2
 # A work item's fixed cost in vocab tiles (pipeline fill, its partials and their merge):
 # what made 33 splits of 18 tiles slower than 2 of 297 (measured with an earlier kernel,
 # whose first tiles of a split also took top-k rounds).
@@ -263,14 +297,19 @@ def _best_k(n_tokens, k, width, candidates, dev):
     return values, ids
 
 
+def _second_max(num_v: int, k: int) -> bool:
+    """Whether the kernel stores the tiles' second maxima (SECOND_MAX_MIN_K)."""
+    return k >= max(2, SECOND_MAX_MIN_K) and num_v <= MERGE_TOPK_MAX_CANDIDATES
+
+
 def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None) -> tuple[int, int]:
     """A row's partial bytes, (whatever the split count, per split): the statistics (16
     bytes a chunk under batch invariance, else 16 a split) and the tiles' maxima (4 a
-    tile; k = 1: a split's best z and id, 8)."""
+    tile, 8 with their second maxima; k = 1: a split's best z and id, 8)."""
     fixed, per_split = (0, 16) if chunk_tiles is None else (16 * cdiv(num_v, chunk_tiles), 0)
     if k == 1:
         return fixed, per_split + 8
-    return fixed + 4 * num_v, per_split
+    return fixed + (8 if _second_max(num_v, k) else 4) * num_v, per_split
 
 
 def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
@@ -318,6 +357,7 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     num_m = cdiv(n_tokens, cfg.block_m)
     num_v = cdiv(vocab, cfg.block_v)
     unit = chunk_tiles or 1
+    second = _second_max(num_v, k)
     if splits is None:
         splits, per_split = _splits(num_m, num_v, n_tokens, sm_count(dev), unit,
                                     *_partial_bytes(num_v, k, chunk_tiles))
@@ -333,8 +373,10 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     if k == 1:  # each split's best
         top_v = torch.empty(splits, n_tokens, 1, dtype=torch.float32, device=dev)
         top_i = torch.empty(splits, n_tokens, 1, dtype=torch.int32, device=dev)
-    else:  # each tile's maxima
+    else:  # each tile's maxima (and second maxima)
         top_v = top_i = torch.empty(num_v, n_tokens, dtype=torch.float32, device=dev)
+        if second:
+            top_i = torch.empty(num_v, n_tokens, dtype=torch.int32, device=dev)
     inv_t_rows, inv_t = inv_t_args(inv_temperature)
     h_src = tile_source(h_hi, [cfg.block_m, cfg.block_k], tma)
     w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], tma)
@@ -346,7 +388,7 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
         n_tokens, vocab, hidden_size, h_hi.stride(0), w_hi.stride(0), inv_t,
         splits, per_split, chunk_tiles, cfg.group_m,
         BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
-        ARGMAX=k == 1, WITH_ENTROPY=with_entropy, USE_TMA=tma,
+        ARGMAX=k == 1, SECOND=second, WITH_ENTROPY=with_entropy, USE_TMA=tma,
         DOT_PRECISION=dot_precision(mma), UPCAST_DOT=upcast_dot(mma),
         ROW_INV_T=inv_t_rows is not None, LOGITS_DTYPE=rounding, LO=lo,
         HAS_LABELS=labels is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -368,7 +410,7 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
         return (stats, *merge_topk(top_v, top_i, vocab))
     # each row's k best tiles, then its top k within them
     if num_v <= MERGE_TOPK_MAX_CANDIDATES:  # one launch (merge_topk.py)
-        tile_v, tile_i = best_tiles(top_v, k)
+        tile_v, tile_i = best_tiles(top_v, k, top_i if second else None, cfg.block_v)
     else:
         tile_ids = torch.arange(num_v, device=dev)
 

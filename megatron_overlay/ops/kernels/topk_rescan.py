@@ -16,6 +16,11 @@ above all of its own (a larger one, or an equal one with a lower id), so k - j a
 Pair j's slots are at j k - j (j - 1) / 2 of the row's k (k + 1) / 2 candidates; unused
 slots hold (-inf, V). merge_topk orders them into the row's top k.
 
+A pair whose tile is known to hold one logit >= thr (its second maximum below thr: a code
+past the tiles, merge_topk.best_tiles) is not recomputed: it sorts with the unfilled
+slots, past the tiles, and its program writes the tile's maximum (the forward kernel's
+raw logit, the same bits) and column as its one candidate.
+
 The logits are the forward kernel's, bit for bit where the MMA instruction and K order
 are the same (the 16-bit tile: both m64n256k16 steps over the same BLOCK_K), and do not
 depend on which rows share a program (the MMA's rows are independent), so the values are
@@ -88,7 +93,7 @@ def _columns(BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, OPAQUE: tl.constexpr)
 
 @triton.jit
 def rescan_kernel(
-    h_ptr, h_lo_ptr, w_src, w_lo_src, runs_ptr, pairs_ptr, tile_v_ptr, inv_t_ptr,
+    h_ptr, h_lo_ptr, w_src, w_lo_src, runs_ptr, pairs_ptr, tile_v_ptr, tile_i_ptr, inv_t_ptr,
     out_v_ptr, out_i_ptr, V, H, K, stride_h, stride_w, inv_t,
     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KP: tl.constexpr,
     NB: tl.constexpr, USE_TMA: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -97,7 +102,9 @@ def rescan_kernel(
 ):
     """``runs_ptr`` [2, NB] int32: tile_sort's segments table; ``pairs_ptr`` [P] int32: the
     pairs ordered by tile, each one's row * K + place; ``tile_v_ptr`` [N, K]: the rows'
-    candidate tiles' raw maxima, descending (the last is thr). Raw logits (before the
+    candidate tiles' raw maxima, descending (the last is thr); ``tile_i_ptr`` [N, K]
+    int64: their tiles or codes (merge_topk.best_tiles), read for the pairs sorted past
+    the tiles. Raw logits (before the
     temperature) are compared, and scaled by the row's inv_t when stored. The grid may
     hold more programs than segments (it is sized on the host without the data): those
     past the last segment do nothing."""
@@ -119,11 +126,11 @@ def rescan_kernel(
         room = K - place  # slots the pair may fill
         base = row * (K * (K + 1) // 2) + place * K - place * (place - 1) // 2
         slots = tl.arange(0, KP)
+        inv_t_row = inv_t + tl.zeros([BLOCK_R], tl.float32)
+        if ROW_INV_T:
+            inv_t_row = tl.load(inv_t_ptr + row, mask=live, other=1.0)
         if tile < num_t:
             thr = tl.load(tile_v_ptr + row * K + K - 1, mask=live, other=float("inf"))
-            inv_t_row = inv_t + tl.zeros([BLOCK_R], tl.float32)
-            if ROW_INV_T:
-                inv_t_row = tl.load(inv_t_ptr + row, mask=live, other=1.0)
             col = tl.arange(0, BLOCK_V)
             v0 = (tile * BLOCK_V).to(tl.int32)
             acc = tl.zeros((BLOCK_R, BLOCK_V), tl.float32)
@@ -150,8 +157,13 @@ def rescan_kernel(
                 tl.store(out_i_ptr + base + r, v0 + at, mask=keep)
                 idx = _columns(BLOCK_R, BLOCK_V, OPAQUE_COLUMNS)
                 acc = tl.where(idx == at[:, None], float("-inf"), acc)
-        else:  # the unfilled slots' pairs (fewer than K tiles in the vocab): no tile
-            take = tl.zeros([BLOCK_R], tl.int32)
+        else:  # no tile to recompute: a known maximum (a code past num_t) or an unfilled slot
+            code = tl.load(tile_i_ptr + row * K + place, mask=live, other=-1)
+            known = live & (code > num_t) & (code - num_t - 1 < V)
+            raw = tl.load(tile_v_ptr + row * K + place, mask=known, other=0.0)
+            tl.store(out_v_ptr + base, raw * inv_t_row, mask=known)
+            tl.store(out_i_ptr + base, (code - num_t - 1).to(tl.int32), mask=known)
+            take = known.to(tl.int32)
         rest = live[:, None] & (slots[None, :] >= take[:, None]) \
             & (slots[None, :] < room[:, None])
         tl.store(out_v_ptr + base[:, None] + slots[None, :], float("-inf"), mask=rest)
@@ -198,7 +210,7 @@ def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma
     # the pairs fill
     launch(rescan_kernel, (cdiv(n_rows * k, rows) + num_t + 1,),
         h_hi, h_lo, w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], tma) if lo == 2
-        else w_src, runs, pairs, tile_v, tile_v if inv_t_rows is None else inv_t_rows,
+        else w_src, runs, pairs, tile_v, tile_i, tile_v if inv_t_rows is None else inv_t_rows,
         cand_v, cand_i, vocab, hidden_size, k, h_hi.stride(0), w_hi.stride(0),
         inv_t, BLOCK_R=rows, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
         KP=next_power_of_2(k), NB=runs.shape[1], USE_TMA=tma, DOT_PRECISION=dot_precision(mma),

@@ -2,14 +2,20 @@
 
     python prof_topk.py PACKAGE N,K [N,K ...]   (H = 4096, V = 151936, bf16, T = 0.7)
 PACKAGE: megatron_overlay, or megatron_overlay_base (another commit's, on PYTHONPATH).
+SECOND_MAX_MIN_K=K in the environment: set topk_forward's (where it has one).
 """
 import importlib
+import os
 import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 ops = importlib.import_module(f"{sys.argv[1]}.ops")
+if "SECOND_MAX_MIN_K" in os.environ:
+    forward = importlib.import_module(f"{sys.argv[1]}.ops.kernels.topk_forward")
+    forward.SECOND_MAX_MIN_K = int(os.environ["SECOND_MAX_MIN_K"])
+    print("SECOND_MAX_MIN_K", forward.SECOND_MAX_MIN_K)
 g = torch.Generator(device="cuda").manual_seed(0)
 w = (torch.randn(151936, 4096, device="cuda", generator=g) * 4096 ** -0.5 * 4).bfloat16()
 for case in sys.argv[2:]:
