@@ -46,6 +46,23 @@ def test_topk_stage_matches_torch(dtype, k, shape):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("k", [8, 33])
+def test_second_maxima_change_no_bit(dtype, k, monkeypatch):
+    """The top-k's two paths (topk_forward.SECOND_MAX_MIN_K): a chosen tile's maximum taken
+    from the forward kernel, or recomputed by the rescan, is the same logit to the bit; so
+    are the ids (and the statistics, which the second maxima do not touch)."""
+    from megatron_overlay.ops.kernels import topk_forward
+    hidden, weight, labels, inv_t = _inputs(1029, 512, 20000, dtype, seed=3)
+    weight[700:760] = weight[300:360]  # tied tiles' maxima, and a tile of two logits >= thr
+    outs = {}
+    for second_from in (2, 10 ** 9):
+        monkeypatch.setattr(topk_forward, "SECOND_MAX_MIN_K", second_from)
+        outs[second_from] = triton_topk.topk_stats(hidden, weight, labels, inv_t, True, k)
+    for a, b in zip(outs[2], outs[10 ** 9]):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("k", [1, 5, 40])
 def test_logits_at_kernel_matches_torch(dtype, k):
     hidden, weight, _, inv_t = _inputs(777, 1000, 3001, dtype)

@@ -10,6 +10,7 @@ gradients) with MEGATRON_OVERLAY_IMPL=triton against =torch.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -43,10 +44,13 @@ def _worker() -> int:
 
     from megatron_overlay.ops import (linear_logprob_entropy, linear_logprobs_at,
                                       linear_topk_logprobs, torch_chunked, torch_topk)
-    from megatron_overlay.ops.kernels import split_operand, triton_impl, triton_topk
+    from megatron_overlay.ops.kernels import split_operand, topk_forward, triton_impl, triton_topk
 
     assert triton_impl.interpreting()
     report = {}
+    # the top-k's two paths: tiles' second maxima from k = 2, and never
+    second_max_paths = (2, 10 ** 9)
+    default_second_max = topk_forward.SECOND_MAX_MIN_K
 
     def rel(a, b):
         return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
@@ -107,21 +111,25 @@ def _worker() -> int:
                 # apart), which is the reference breaking the tie, not the kernel.
                 hidden = ((hidden.float() * 4).round() / 4).to(dtype)
                 weight = ((weight.float() * 8).round() / 8).to(dtype)
-                for temperature in (inv_t, 1 / 0.7):
+                for temperature, splits, second_from in itertools.product(
+                        (inv_t, 1 / 0.7), (None, 3), second_max_paths):
                     ref = torch_topk.topk_stats(hidden, weight, labels, temperature, True, k)
                     # the host's split count, then 3 splits (their merge) whatever it picks
-                    for splits in (None, 3):
+                    topk_forward.SECOND_MAX_MIN_K = second_from
+                    try:
                         got = triton_topk.topk_stats(hidden, weight, labels, temperature, True,
                                                      k, splits=splits)
-                        report.setdefault(case, {"stats_err": 0.0, "values_err": 0.0,
-                                                 "ids_equal": True, "dtype": str(dtype)[6:]})
-                        res = report[case]
-                        res["stats_err"] = max(res["stats_err"],
-                                               (got[0] - ref[0]).abs().max().item())
-                        finite = torch.isfinite(ref[1])
-                        res["values_err"] = max(
-                            res["values_err"], (got[1][finite] - ref[1][finite]).abs().max().item())
-                        res["ids_equal"] &= torch.equal(got[2], ref[2])
+                    finally:
+                        topk_forward.SECOND_MAX_MIN_K = default_second_max
+                    report.setdefault(case, {"stats_err": 0.0, "values_err": 0.0,
+                                             "ids_equal": True, "dtype": str(dtype)[6:]})
+                    res = report[case]
+                    res["stats_err"] = max(res["stats_err"],
+                                           (got[0] - ref[0]).abs().max().item())
+                    finite = torch.isfinite(ref[1])
+                    res["values_err"] = max(
+                        res["values_err"], (got[1][finite] - ref[1][finite]).abs().max().item())
+                    res["ids_equal"] &= torch.equal(got[2], ref[2])
             elif kind == "rowtemp":  # the log-prob stages with per-row temperatures
                 hidden, weight, labels, inv_t = inputs(33, 32, 130, dtype, seed=4)
                 ref = torch_chunked.forward_stats(hidden, weight, labels, inv_t, True)
@@ -153,15 +161,20 @@ def _worker() -> int:
                        "dtype": str(dtype)[6:]}
                 from megatron_overlay.ops.kernels import topk_rescan
                 budget = topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES
-                for k, temperature, rows in ((1, inv_t, 0), (5, inv_t, 0), (5, 1 / 0.7, 4),
-                                             (12, inv_t, 3), (12, 1 / 0.7, 0), (40, inv_t, 0)):
+                for (k, temperature, rows), second_from in itertools.product(
+                        ((1, inv_t, 0), (5, inv_t, 0), (5, 1 / 0.7, 4), (12, inv_t, 3),
+                         (12, 1 / 0.7, 0), (40, inv_t, 0)), second_max_paths):
                     if rows:  # the rescan in blocks of this many rows
                         topk_rescan.RESCAN_BUDGET_BYTES = rows * topk_rescan.rescan_row_bytes(k)
                         topk_rescan.FORWARD_EXTRA_BYTES = 0
+                    topk_forward.SECOND_MAX_MIN_K = second_from
                     ref = torch_topk.topk_stats(hidden, weight, labels, temperature, True, k)
-                    got = triton_topk.topk_stats(hidden, weight, labels, temperature, True, k,
-                                                 splits=3)
-                    topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES = budget
+                    try:
+                        got = triton_topk.topk_stats(hidden, weight, labels, temperature, True,
+                                                     k, splits=3)
+                    finally:
+                        topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES = budget
+                        topk_forward.SECOND_MAX_MIN_K = default_second_max
                     res["stats_err"] = max(res["stats_err"], (got[0] - ref[0]).abs().max().item())
                     res["values_err"] = max(res["values_err"],
                                             (got[1] - ref[1]).abs().max().item())
@@ -346,9 +359,13 @@ def _worker() -> int:
                 hidden = torch.eye(16)[[0, 1, 2, 3, 0, 1]]
                 res = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
                        "dtype": "float32"}
+                topk_forward.SECOND_MAX_MIN_K = 2
                 for k in (2, 3):
                     ref = torch_topk.topk_stats(hidden, weight, None, 1 / 0.7, True, k)
-                    got = triton_topk.topk_stats(hidden, weight, None, 1 / 0.7, True, k)
+                    try:
+                        got = triton_topk.topk_stats(hidden, weight, None, 1 / 0.7, True, k)
+                    finally:
+                        topk_forward.SECOND_MAX_MIN_K = default_second_max
                     res["values_err"] = max(res["values_err"],
                                             (got[1] - ref[1]).abs().max().item())
                     res["ids_equal"] &= torch.equal(got[2], ref[2])

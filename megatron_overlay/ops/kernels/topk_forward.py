@@ -15,7 +15,7 @@ the end, and no rescan follows.
 The row's top-k logits all lie in its k best tiles (topk_rescan.py says why), which the
 second stage recomputes for the row and takes its top k from (``rescan_topk``). Raw
 maxima order the tiles as the logits would: inv_t > 0 keeps the order within a row.
-From k = SECOND_MAX_MIN_K the kernel also stores each (row, tile)'s second largest logit,
+From k = SECOND_MAX_MIN_K (32) the kernel also stores each (row, tile)'s second largest logit,
 rounded up to bfloat16, and its maximum's column (``pack_second``, [tiles, N] int32): a
 chosen tile whose second maximum lies below the row's k-th best tile maximum thr holds
 one logit >= thr, its maximum, known without recomputing the tile (with random logits
@@ -151,11 +151,17 @@ MERGE_BUDGET_BYTES = 12 << 20
 # with torch's sorts (order_candidates): wider rows would not fit its registers.
 MERGE_TOPK_MAX_CANDIDATES = 8192
 # k from which the kernel also stores each (row, tile)'s second maximum and argmax
-# (pack_second: 4 more bytes a tile and row, a longer epilogue), so that of a row's k
-# tiles only those holding two logits >= thr are recomputed (topk_rescan.py): with
-# random logits about one tile a row. Rows of more than MERGE_TOPK_MAX_CANDIDATES tiles
-# never (their tiles are picked with torch's sorts).
-SECOND_MAX_MIN_K = 2
+# (pack_second: 4 more bytes a tile and row, so 8192 tokens a launch, and three more row
+# reductions in the epilogue), so that of a row's k tiles only those holding two logits
+# >= thr are recomputed (topk_rescan.py). Measured on one H200 (docs/BENCHMARKS.md, pass
+# 6): the kernel 5% slower at 8192 tokens; the rescan 0.48x-0.49x at k = 32, 0.69x at
+# k = 8 (0.10x at 256 tokens); the whole top-k 0.77x-1.00x the time without at k = 32
+# (256 to 32768 tokens), at k = 8 0.66x at 256 tokens but 1.03x-1.05x at 8192 and 16384.
+# Not swept between 8 and 32. A function of k alone, never of N, so that a row's values
+# cannot depend on the batch even where the two paths' logits differed in a last bit (the
+# tests find them equal; nothing proves it for every dtype). Rows of more than
+# MERGE_TOPK_MAX_CANDIDATES tiles never (torch's sorts pick their tiles).
+SECOND_MAX_MIN_K = 32
 # A work item's fixed cost in vocab tiles (pipeline fill, its partials and their merge):
 # what made 33 splits of 18 tiles slower than 2 of 297 (measured with an earlier kernel,
 # whose first tiles of a split also took top-k rounds).
