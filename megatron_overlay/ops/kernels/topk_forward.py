@@ -15,11 +15,12 @@ the end, and no rescan follows.
 The row's top-k logits all lie in its k best tiles (topk_rescan.py says why), which the
 second stage recomputes for the row and takes its top k from (``rescan_topk``). Raw
 maxima order the tiles as the logits would: inv_t > 0 keeps the order within a row.
-From k = SECOND_MAX_MIN_K (32) the kernel also stores each (row, tile)'s second largest logit,
-rounded up to bfloat16, and its maximum's column (``pack_second``, [tiles, N] int32): a
-chosen tile whose second maximum lies below the row's k-th best tile maximum thr holds
-one logit >= thr, its maximum, known without recomputing the tile (with random logits
-all but about one of a row's k tiles), so the rescan's MMAs shrink to the other tiles.
+From k = SECOND_MAX_MIN_K (32) the kernel also stores each (row, tile)'s second largest
+logit, rounded up to bfloat16, and its maximum's column (``pack_second``, [tiles, N]
+int32): a chosen tile whose second maximum lies below the row's k-th best tile maximum
+thr holds one logit >= thr, its maximum, known without recomputing the tile, so the
+rescan's MMAs shrink to the other tiles (its time halved at k = 32 on the benchmark's
+logits: docs/BENCHMARKS.md, pass 6).
 
 The statistics fold and are stored per chunk of ``chunk_tiles`` vocab tiles (a split is
 a whole number of chunks): under batch invariance the chunks are the log-prob forward's

@@ -104,10 +104,9 @@ def rescan_kernel(
     pairs ordered by tile, each one's row * K + place; ``tile_v_ptr`` [N, K]: the rows'
     candidate tiles' raw maxima, descending (the last is thr); ``tile_i_ptr`` [N, K]
     int64: their tiles or codes (merge_topk.best_tiles), read for the pairs sorted past
-    the tiles. Raw logits (before the
-    temperature) are compared, and scaled by the row's inv_t when stored. The grid may
-    hold more programs than segments (it is sized on the host without the data): those
-    past the last segment do nothing."""
+    the tiles. Raw logits (before the temperature) are compared, and scaled by the row's
+    inv_t when stored. The grid may hold more programs than segments (it is sized on the
+    host without the data): those past the last segment do nothing."""
     seg = tl.program_id(0)
     num_t = tl.cdiv(V, BLOCK_V)
     bins = tl.arange(0, NB)
