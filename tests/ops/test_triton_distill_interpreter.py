@@ -10,6 +10,7 @@ gradients) with MEGATRON_OVERLAY_IMPL=triton against =torch.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -50,7 +51,15 @@ def _worker() -> int:
     report = {}
     # the top-k's two paths: tiles' second maxima from k = 2, and never
     second_max_paths = (2, 10 ** 9)
-    default_second_max = topk_forward.SECOND_MAX_MIN_K
+
+    @contextlib.contextmanager
+    def second_max_from(k):
+        default = topk_forward.SECOND_MAX_MIN_K
+        topk_forward.SECOND_MAX_MIN_K = k
+        try:
+            yield
+        finally:
+            topk_forward.SECOND_MAX_MIN_K = default
 
     def rel(a, b):
         return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
@@ -115,12 +124,9 @@ def _worker() -> int:
                         (inv_t, 1 / 0.7), (None, 3), second_max_paths):
                     ref = torch_topk.topk_stats(hidden, weight, labels, temperature, True, k)
                     # the host's split count, then 3 splits (their merge) whatever it picks
-                    topk_forward.SECOND_MAX_MIN_K = second_from
-                    try:
+                    with second_max_from(second_from):
                         got = triton_topk.topk_stats(hidden, weight, labels, temperature, True,
                                                      k, splits=splits)
-                    finally:
-                        topk_forward.SECOND_MAX_MIN_K = default_second_max
                     report.setdefault(case, {"stats_err": 0.0, "values_err": 0.0,
                                              "ids_equal": True, "dtype": str(dtype)[6:]})
                     res = report[case]
@@ -167,14 +173,13 @@ def _worker() -> int:
                     if rows:  # the rescan in blocks of this many rows
                         topk_rescan.RESCAN_BUDGET_BYTES = rows * topk_rescan.rescan_row_bytes(k)
                         topk_rescan.FORWARD_EXTRA_BYTES = 0
-                    topk_forward.SECOND_MAX_MIN_K = second_from
                     ref = torch_topk.topk_stats(hidden, weight, labels, temperature, True, k)
                     try:
-                        got = triton_topk.topk_stats(hidden, weight, labels, temperature, True,
-                                                     k, splits=3)
+                        with second_max_from(second_from):
+                            got = triton_topk.topk_stats(hidden, weight, labels, temperature,
+                                                         True, k, splits=3)
                     finally:
                         topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES = budget
-                        topk_forward.SECOND_MAX_MIN_K = default_second_max
                     res["stats_err"] = max(res["stats_err"], (got[0] - ref[0]).abs().max().item())
                     res["values_err"] = max(res["values_err"],
                                             (got[1] - ref[1]).abs().max().item())
@@ -202,7 +207,6 @@ def _worker() -> int:
                     same &= torch.equal(top_m[1], top_u[1]) and torch.equal(top_m[2], top_u[2])
                 # the top-k merges its chunks itself where they would cut the rescan into
                 # more row blocks than the merged statistics: [1, N, 4], the same outputs
-                from megatron_overlay.ops.kernels import topk_forward
                 block_rows = topk_forward.rescan_block_rows
                 topk_forward.rescan_block_rows = lambda k, alive: 4 if alive > 16 * 33 + \
                     33 * k * 12 else 1000
@@ -359,13 +363,10 @@ def _worker() -> int:
                 hidden = torch.eye(16)[[0, 1, 2, 3, 0, 1]]
                 res = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
                        "dtype": "float32"}
-                topk_forward.SECOND_MAX_MIN_K = 2
                 for k in (2, 3):
                     ref = torch_topk.topk_stats(hidden, weight, None, 1 / 0.7, True, k)
-                    try:
+                    with second_max_from(2):
                         got = triton_topk.topk_stats(hidden, weight, None, 1 / 0.7, True, k)
-                    finally:
-                        topk_forward.SECOND_MAX_MIN_K = default_second_max
                     res["values_err"] = max(res["values_err"],
                                             (got[1] - ref[1]).abs().max().item())
                     res["ids_equal"] &= torch.equal(got[2], ref[2])

@@ -99,7 +99,9 @@ def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, W, K, 
 
 
 def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides, out,
-                  elements, codes=None, block_v=0):
+                  elements, codes=False, block_v=0):
+    """``codes``: ``part_i`` is best_tiles' packed second maxima, the ids written are codes
+    (CODES); else its ids, or None: the ids are the slots."""
     values, ids = out if out is not None else (
         torch.empty(n_rows, k, dtype=torch.float32, device=part_v.device),
         torch.empty(n_rows, k, dtype=torch.int64, device=part_v.device))
@@ -108,8 +110,7 @@ def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides
     launch(merge_topk_kernel, (cdiv(n_rows, block_r),),
         part_v, part_v if part_i is None else part_i, values, ids, n_rows, vocab,
         width_split, k, splits, *strides, block_v, BLOCK_R=block_r, WIDTH=width, PAD=PAD_ID,
-        SLOT_IDS=codes is not None or part_i is None, CODES=codes is not None,
-        KP=next_power_of_2(k) if codes is not None else 1,
+        SLOT_IDS=codes or part_i is None, CODES=codes, KP=next_power_of_2(k) if codes else 1,
         num_warps=4 if width <= 1024 else 8)
     return values, ids
 
@@ -141,4 +142,4 @@ def best_tiles(tile_max: torch.Tensor, k: int, tile_second: torch.Tensor | None 
     # up to 8 rows a program: a tile's 8 maxima are one 32-byte sector
     return _launch_merge(tile_max, tile_second, n_rows, num_t, num_t, 1, k, (0, 1, n_rows),
                          None, max(MERGE_TOPK_ELEMENTS, min(8 * next_power_of_2(num_t), 8192)),
-                         codes=tile_second, block_v=block_v)
+                         codes=tile_second is not None, block_v=block_v)
