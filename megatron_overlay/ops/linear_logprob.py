@@ -25,6 +25,8 @@ class LinearLogprobEntropy(torch.autograd.Function):
     def forward(ctx, hidden, weight, labels, params: LogprobParams, tp_group):
         impl = pick_impl(hidden.device)
         tp, vocab_start, world = shard_layout(weight, tp_group)
+        # one copy of strided labels (e.g. ids[:, 0]) for every stage, instead of one each
+        labels = labels.contiguous()
         local_labels = shard_labels(labels, vocab_start, weight.shape[0], params.ignore_index)
         inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
         # without TP the vocab splits' statistics go to finalize unmerged (one launch less)

@@ -60,6 +60,7 @@ class LinearTopkLogprobs(torch.autograd.Function):
         n = hidden.shape[0]
         vocab = weight.shape[0] * world
         if labels is not None:
+            labels = labels.contiguous()  # one copy of strided labels for every stage
             local_labels = shard_labels(labels, vocab_start, weight.shape[0],
                                         params.ignore_index)
         else:

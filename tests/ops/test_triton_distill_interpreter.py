@@ -399,6 +399,11 @@ def _worker() -> int:
                 lp, ent = linear_logprob_entropy(hidden, weight, labels, temperature=0.7)
                 ref = topk(slice(None), True)
                 as_logprob = torch.equal(ref.log_probs, lp) and torch.equal(ref.entropy, ent)
+                # labels as a strided column (e.g. ids[:, 0]): the same bits as contiguous
+                column = torch.stack([labels, labels.flip(0)], dim=1)[:, 0]
+                got = linear_topk_logprobs(hidden, weight, 4, temperature=0.7, labels=column,
+                                           return_entropy=True)
+                strided_labels = same(got, ref, slice(None))
                 os.environ.pop("MEGATRON_OVERLAY_IMPL")
                 # the stage under every split count: the statistics' chunks do not move
                 local = torch.where(labels < 0, -1, labels)
@@ -408,7 +413,8 @@ def _worker() -> int:
                                   for a, b in zip(got, by_split[0]))
                 report[case] = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
                                 "invariant": invariant, "as_logprob": as_logprob,
-                                "splits_same": splits_same, "dtype": str(dtype)[6:]}
+                                "splits_same": splits_same, "dtype": str(dtype)[6:],
+                                "strided_labels": strided_labels}
             else:  # both new ops through autograd, triton vs torch
                 hidden, weight, labels, inv_t = inputs(33, 32, 130, dtype, seed=11)
                 labels[labels < 0] = -100
@@ -464,6 +470,7 @@ def test_interpreter_case(report, case):
     if "invariant" in res:  # bits whatever N, the row's position and the split count
         assert res["invariant"] and res["splits_same"], res
         assert res["as_logprob"], res  # the same bits as linear_logprob_entropy's
+        assert res["strided_labels"], res
     if "dh_err" in res:
         tol = GRAD_TOL[res["dtype"]]
         assert res["dh_err"] < tol and res["dw_err"] < tol, res

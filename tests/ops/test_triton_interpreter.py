@@ -39,12 +39,13 @@ def _cases():
     cases += ["chunks-33x32x130-bfloat16"]
     cases += ["needs-one-chunk", "needs-chunks", "needs-sparse"]
     cases += [f"op-{dtype}-{ent}" for dtype in ("float32", "bfloat16") for ent in ("ent", "noent")]
+    cases += ["op-float32-ent-strided"]  # labels a column view (stride 3), some ignored
     cases += [f"mode-{m}-{layout}" for m in MODES for layout in ("one", "chunks")]
     cases += ["mode-fp16-logits-tma"]
     # the outputs of [S, N, 4] shards' statistics (S = 1, or 3 TP shards), 300 rows (two
     # programs), with and without entropy and labels (some ignored, some out of range)
     cases += [f"finalize-{s}-{ent}-{lab}" for s in (1, 3) for ent in ("ent", "noent")
-              for lab in ("labels", "int32", "none")]
+              for lab in ("labels", "int32", "none", "strided")]
     return cases
 
 
@@ -187,6 +188,8 @@ def _worker() -> int:
                     labels[::7] = -100
                     labels[5], labels[260], labels[270] = vocab, -3, vocab + 40  # out of range
                     labels = labels.int() if lab == "int32" else labels
+                    if lab == "strided":  # a column of [n, 3] (stride 3), e.g. ids[:, 1]
+                        labels = torch.stack([labels + 1, labels, labels - 1], dim=1)[:, 1]
                 args = (stats, labels, vocab, -100, ent == "ent")
                 ref = torch_chunked.finalize(*args)
                 got = triton_impl.finalize(*args)
@@ -211,10 +214,12 @@ def _worker() -> int:
                                                       and torch.equal(got[5], ref[5])),
                     "records": rec}
             else:  # through the autograd Function, triton vs torch
-                _, dtype_name, ent = case.split("-")
+                _, dtype_name, ent, *layout = case.split("-")
                 dtype = getattr(torch, dtype_name)
                 hidden, weight, labels = inputs(33, 32, 130, dtype, seed=11)
                 labels[labels < 0] = -100
+                if layout == ["strided"]:  # the torch path's answer for contiguous labels
+                    labels = torch.stack([labels.flip(0), labels, labels.flip(0)], dim=1)[:, 1]
                 outs = {}
                 for impl in ("torch", "triton"):
                     os.environ["MEGATRON_OVERLAY_IMPL"] = impl

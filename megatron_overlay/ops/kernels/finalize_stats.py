@@ -90,6 +90,8 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
     if n_tokens == 0:
         return lse, mean_z, entropy, log_probs, valid, bad, rec
     stats = stats.contiguous()
+    if has_labels:  # the kernel reads labels[i] at labels_ptr + i
+        labels = labels.contiguous()
     launch(finalize_kernel, (programs,),
         stats, labels if has_labels else stats, lse, mean_z if with_entropy else lse,
         entropy if with_entropy else lse, log_probs if has_labels else lse,
