@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from . import label_check
+from . import forward_only, label_check
 from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
@@ -103,4 +103,4 @@ def linear_logprob_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: t
                            logits_dtype=logits_dtype)
     world = dist.get_world_size(tp_group) if tp_group is not None else 1
     validate_inputs(hidden, weight, labels, params, vocab_size=weight.shape[0] * world)
-    return LinearLogprobEntropy.apply(hidden, weight, labels, params, tp_group)
+    return forward_only.call(LinearLogprobEntropy, hidden, weight, labels, params, tp_group)

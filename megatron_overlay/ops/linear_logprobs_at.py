@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from . import label_check
+from . import forward_only, label_check
 from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
@@ -116,4 +116,4 @@ def linear_logprobs_at(hidden: torch.Tensor, weight: torch.Tensor, token_ids: to
     world = dist.get_world_size(tp_group) if tp_group is not None else 1
     validate_token_ids(token_ids, hidden.shape[0], weight.shape[0] * world, hidden.device,
                        strict=strict_ids)
-    return LinearLogprobsAt.apply(hidden, weight, token_ids, params, tp_group)
+    return forward_only.call(LinearLogprobsAt, hidden, weight, token_ids, params, tp_group)

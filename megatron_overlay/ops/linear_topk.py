@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-from . import label_check
+from . import forward_only, label_check
 from .linear_logprobs_at import backward_at_ids
 from .params import LogprobParams
 from .stages import pick_topk_impl
@@ -160,4 +160,5 @@ def linear_topk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, k: int, *,
     else:
         validate_matrices(hidden, weight)
     validate_k(k, vocab)
-    return TopkLogprobs(*LinearTopkLogprobs.apply(hidden, weight, labels, k, params, tp_group))
+    return TopkLogprobs(*forward_only.call(LinearTopkLogprobs, hidden, weight, labels, k, params,
+                                           tp_group))

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..ops import forward_only
 from ..ops.linear_logprob import LinearLogprobEntropy
 from ..ops.params import DEFAULT_IGNORE_INDEX, LogprobParams
 from ..ops.temperature import rows_from_batch_seq
@@ -141,8 +142,8 @@ def _run_fused(hidden_states, output_layer, output_weight, labels, scale_logits,
     params = replace(params, temperature=flat.temperature)
     flat_labels = labels.transpose(0, 1).reshape(flat.seq * flat.batch)
     validate_inputs(flat.hidden, flat.weight, flat_labels, params, vocab_size=flat.vocab_size)
-    log_probs, entropy = LinearLogprobEntropy.apply(
-        flat.hidden, flat.weight, flat_labels, params, flat.tp_group)
+    log_probs, entropy = forward_only.call(
+        LinearLogprobEntropy, flat.hidden, flat.weight, flat_labels, params, flat.tp_group)
     return flat.as_bs(log_probs), flat.as_bs(entropy)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..ops import forward_only
 from ..ops.linear_logprobs_at import LinearLogprobsAt
 from ..ops.params import LogprobParams
 from ..ops.validation import validate_matrices, validate_token_ids
@@ -66,7 +67,7 @@ def fused_logprobs_at(
     validate_matrices(flat.hidden, flat.weight)
     validate_token_ids(token_ids, flat.hidden.shape[0], flat.vocab_size, flat.hidden.device)
     params = replace(params, temperature=flat.temperature)
-    log_probs, entropy = LinearLogprobsAt.apply(flat.hidden, flat.weight, token_ids, params,
-                                                flat.tp_group)
+    log_probs, entropy = forward_only.call(LinearLogprobsAt, flat.hidden, flat.weight,
+                                           token_ids, params, flat.tp_group)
     return FusedLogprobsAtOutput(log_probs=flat.as_bs(log_probs), entropy=flat.as_bs(entropy),
                                  hidden_states=hidden_states)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..ops import forward_only
 from ..ops.linear_topk import LinearTopkLogprobs, validate_k
 from ..ops.params import DEFAULT_IGNORE_INDEX, LogprobParams
 from ..ops.validation import validate_inputs, validate_matrices
@@ -71,8 +72,8 @@ def fused_topk_logprobs(
     else:
         validate_matrices(flat.hidden, flat.weight)
     validate_k(k, flat.vocab_size)
-    ids, topk_log_probs, log_probs, entropy = LinearTopkLogprobs.apply(
-        flat.hidden, flat.weight, flat_labels, k, params, flat.tp_group)
+    ids, topk_log_probs, log_probs, entropy = forward_only.call(
+        LinearTopkLogprobs, flat.hidden, flat.weight, flat_labels, k, params, flat.tp_group)
     return FusedTopkOutput(topk_ids=flat.as_bs(ids), topk_log_probs=flat.as_bs(topk_log_probs),
                            log_probs=flat.as_bs(log_probs), entropy=flat.as_bs(entropy),
                            hidden_states=hidden_states)

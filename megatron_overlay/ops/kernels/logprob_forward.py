@@ -93,7 +93,7 @@ def forward_stats_kernel(
     else the scalar ``inv_t`` for every row (``inv_t_ptr`` unused). ``LOGITS_DTYPE``: None,
     or the 16-bit dtype each logit is rounded to (``_tiles.round_logits``). ``LO``: one
     operand was fp32 and comes as its hi and lo parts (``_tiles.mma_step``; else the
-    ``*_lo_src`` are unused)."""
+    ``*_lo_src`` are None, never read)."""
     split, m0, rows, labels, inv_t, inv_t_col, v_begin, v_end = work_item(
         labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, group_m,
         BLOCK_M, BLOCK_V, ROW_INV_T, HAS_LABELS)
@@ -251,13 +251,15 @@ class _Launch:
         if stats is None and not unmerged:
             stats = torch.empty(n_tokens, 4, dtype=torch.float32, device=hidden.device)
         w_src = tile_source(w_parts[0], [cfg.block_v, cfg.block_k], tma)
-        w_lo_src = tile_source(w_parts[1], [cfg.block_v, cfg.block_k], tma) if lo == 2 else w_src
+        # a lo part not in use goes as None: the launcher fills each descriptor it is
+        # given (~3 us of host time each), and the kernel's LO branches never read it
+        w_lo_src = tile_source(w_parts[1], [cfg.block_v, cfg.block_k], tma) if lo == 2 else None
         for r0 in range(0, n_tokens, block_rows):
             rows = min(block_rows, n_tokens - r0)
             h = hidden if one_block else hidden[r0:r0 + rows]
             h_hi, h_lo = split_hi_lo_into(h, h_halves) if lo == 1 else (h, h)
             h_src = tile_source(h_hi, [cfg.block_m, cfg.block_k], tma)
-            h_lo_src = tile_source(h_lo, [cfg.block_m, cfg.block_k], tma) if lo == 1 else h_src
+            h_lo_src = tile_source(h_lo, [cfg.block_m, cfg.block_k], tma) if lo == 1 else None
             # the kernel writes a contiguous [splits, rows, 4] block
             if part is None:
                 out = stats if one_block else stats[r0:r0 + rows]

@@ -388,8 +388,8 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     h_src = tile_source(h_hi, [cfg.block_m, cfg.block_k], tma)
     w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], tma)
     launch(topk_stats_kernel, (num_m * splits,),
-        h_src, tile_source(h_lo, [cfg.block_m, cfg.block_k], tma) if lo == 1 else h_src,
-        w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], tma) if lo == 2 else w_src,
+        h_src, tile_source(h_lo, [cfg.block_m, cfg.block_k], tma) if lo == 1 else None,
+        w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], tma) if lo == 2 else None,
         part if labels is None else labels, part, top_v, top_i,
         part if inv_t_rows is None else inv_t_rows,
         n_tokens, vocab, hidden_size, h_hi.stride(0), w_hi.stride(0), inv_t,

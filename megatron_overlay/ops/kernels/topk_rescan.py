@@ -209,7 +209,7 @@ def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma
     # the pairs fill
     launch(rescan_kernel, (cdiv(n_rows * k, rows) + num_t + 1,),
         h_hi, h_lo, w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], tma) if lo == 2
-        else w_src, runs, pairs, tile_v, tile_i, tile_v if inv_t_rows is None else inv_t_rows,
+        else None, runs, pairs, tile_v, tile_i, tile_v if inv_t_rows is None else inv_t_rows,
         cand_v, cand_i, vocab, hidden_size, k, h_hi.stride(0), w_hi.stride(0),
         inv_t, BLOCK_R=rows, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
         KP=next_power_of_2(k), NB=runs.shape[1], USE_TMA=tma, DOT_PRECISION=dot_precision(mma),

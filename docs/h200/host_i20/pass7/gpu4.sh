@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Pass 7, fourth device call: the GPU tests of the changed host paths (the forward kernels'
+# unused lo operands passed as None, the ops without autograd when no gradient can flow,
+# labels made contiguous once): Triton stages, CUDA graphs, batch invariance, launches,
+# the top-k ops.
+set -u
+OUT=$1; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+  .venv/wheelhouse/upstream/megatron_core-0.19.2-*.whl
+export PYTHONPATH=/tmp/site:$PWD TRITON_CACHE_DIR=/tmp/triton-cache
+export CUDA_VISIBLE_DEVICES=0 PYTHONUNBUFFERED=1
+{ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+  lscpu | grep -E "Model name"
+  LC_ALL=C find megatron_overlay tests tools -name '*.py' | sort | xargs sha1sum
+} > "$OUT/machine.txt" 2>&1
+SECONDS=0
+timeout 330 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/ops/test_triton_gpu.py \
+  tests/ops/test_cuda_graphs.py tests/ops/test_batch_invariance_gpu.py tests/ops/test_launch.py \
+  > "$OUT/pytest.txt" 2>&1
+echo " (pytest exit $?)" >> "$OUT/pytest.txt"; tail -4 "$OUT/pytest.txt"
+left=$((560 - SECONDS))
+timeout $left python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
+  tests/ops/test_triton_distill_gpu.py -k "topk or ops_match or at_ids" > "$OUT/pytest_distill.txt" 2>&1
+echo " (pytest exit $?)" >> "$OUT/pytest_distill.txt"; tail -4 "$OUT/pytest_distill.txt"
+echo "done at $SECONDS s"

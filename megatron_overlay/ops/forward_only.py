@@ -1,0 +1,36 @@
+"""Calling an op's autograd Function without autograd when no gradient can flow.
+
+``Function.apply`` costs the host ~7 us a call on the CPU machine (twice that on an H200
+host: docs/BENCHMARKS.md, pass 7) even under ``torch.no_grad()``: it builds a graph node
+and its context. The forward-only calls (an RL step's reference and old-policy log-probs,
+a teacher's top-k) need neither, and a synchronized call waits for every microsecond the
+host spends before its first kernel. ``call`` runs the Function's ``forward`` directly
+with a stand-in context then; the outputs are the same tensors (no input requires a
+gradient, so ``apply`` would have returned them as they are, detached from any graph).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class ForwardOnlyContext:
+    """What the ops' ``forward`` uses of an autograd context, where nothing is saved."""
+
+    def __init__(self, n_inputs: int):
+        self.needs_input_grad = (False,) * n_inputs
+
+    def save_for_backward(self, *tensors) -> None:
+        pass
+
+    def mark_non_differentiable(self, *tensors) -> None:
+        pass
+
+
+def call(function: type[torch.autograd.Function], hidden: torch.Tensor, weight: torch.Tensor,
+         *args):
+    """``function.apply(hidden, weight, *args)``, through autograd only where a gradient
+    can reach ``hidden`` or ``weight`` (the ops' only differentiable inputs)."""
+    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+        return function.apply(hidden, weight, *args)
+    return function.forward(ForwardOnlyContext(2 + len(args)), hidden, weight, *args)
