@@ -176,10 +176,11 @@ def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
     out = tmp_path / "distill"
     assert bench(["distill", "--device", "cpu", "--shapes", "64,32,512", "--ks", "1,4",
                                "--rounds", "2", "--burst-ms", "2", "--heat-s", "0", "--sync",
-                               "--out", str(out)]) == 0
+                               "--sync-calls", "5", "--out", str(out)]) == 0
     data = json.loads((out / "results.json").read_text())
     floors = {r["method"]: r for r in data["results"] if "method" in r}
     assert set(floors) == {"gemm", "gemm_fb"} and len(floors["gemm"]["ms_rounds"]) == 2
+    assert floors["gemm"]["sync_calls"] == floors["gemm_fb"]["sync_calls"] == 5
     rows = {r["k"]: r for r in data["results"] if "k" in r}
     assert set(rows) == {1, 4}
     for k, row in rows.items():

@@ -224,12 +224,14 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
                 t, r = timing.synchronized({name: fn for name, fn in fns.items()
                                             if name in got and not got[name].error},
                                            [(0,), (1,)], args.rounds, ref, clocks=clocks,
-                                           log=log, cuda=args.device == "cuda")
+                                           log=log, cuda=args.device == "cuda",
+                                           calls=args.sync_calls)
             single.update(t)
             single_ratios.update(r)
     for name in ("gemm", "gemm_fb") if fb else ("gemm",):
         results.append({"shape": [n, h, v], "method": name, **timing.summarize(got[name]),
-                        **({"sync_ms": single[name].median_ms} if name in single else {})})
+                        **({"sync_ms": single[name].median_ms,
+                            "sync_calls": len(single[name].ms)} if name in single else {})})
         log(f"{n}x{h}x{v} {name:>12}: {got[name].median_ms or 0:8.2f} ms")
     for k in ks:
         row = {"shape": [n, h, v], "k": k}
@@ -324,8 +326,8 @@ def add_arguments(p):
     p.add_argument("--invariance-ab", action="store_true",
                    help="also topk_ours_variant: topk_ours with batch invariance off")
     p.add_argument("--sync", action="store_true",
-                   help="also time each method as single synchronized calls (4 x --rounds, "
-                        "paired ratios: sync_x), beside the bursts")
+                   help="also time each method as single synchronized calls (--sync-calls, "
+                        "default 4 x --rounds; paired ratios: sync_x), beside the bursts")
     p.add_argument("--sweep", default=None, metavar="N,H,V,k",
                    help="also time the top-k kernel's candidate configs at this shape")
     p.add_argument("--sweep-splits", default="", metavar="S,S,...",

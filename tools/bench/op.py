@@ -103,7 +103,7 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
             with ctx():
                 single, single_ratios = timing.synchronized(
                     live, inputs, args.rounds, "gemm", clocks=clocks, log=log,
-                    cuda=args.device == "cuda")
+                    cuda=args.device == "cuda", calls=args.sync_calls)
             for m, r in single_ratios.items():
                 rows[m][f"{phase}_sync_x"] = list(r)
             for m, t in single.items():
@@ -181,8 +181,8 @@ def add_arguments(p):
                         "(e.g. b480:BACKWARD_EXTRA_BUDGET_BYTES=503316480)")
     timing_options(p)
     p.add_argument("--sync", action="store_true",
-                   help="also time each method as single synchronized calls (4 x --rounds, "
-                        "paired ratios: {phase}_sync_x), beside the bursts")
+                   help="also time each method as single synchronized calls (--sync-calls, "
+                        "default 4 x --rounds; paired ratios: {phase}_sync_x), beside the bursts")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: a smoke run of the tool's code on tiny shapes (host-clock "
                         "timings, no memory figures), not a benchmark")

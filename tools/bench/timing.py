@@ -123,11 +123,14 @@ def interleaved(fns: dict, inputs, rounds: int, *, burst_ms: float = 300.0,
 
 
 def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
-                 cuda: bool = True, log=print) -> tuple[dict, dict]:
+                 cuda: bool = True, log=print, calls: int | None = None) -> tuple[dict, dict]:
     """The other protocol, beside the bursts: each fn as single synchronized calls (the
-    host's time shows), ``4 x rounds`` of them interleaved, no heat-up (the bursts ran
-    first). Returns (name -> Timing, name -> paired ratio to ``reference``)."""
-    got = interleaved(fns, inputs, 4 * rounds, heat_s=0, single=True, clocks=clocks,
+    host's time shows), ``calls`` of them (default ``4 x rounds``) interleaved, no heat-up
+    (the bursts ran first). Returns (name -> Timing, name -> paired ratio to
+    ``reference``). A single call's ratio spreads by +-5% on an H200 (a power-capped
+    GPU's clock moves from call to call: docs/BENCHMARKS.md, pass 7), so the median of 12
+    moves by about 1%; more calls narrow it."""
+    got = interleaved(fns, inputs, calls or 4 * rounds, heat_s=0, single=True, clocks=clocks,
                       log=log, cuda=cuda)
     return got, paired_ratios(got, reference)
 
@@ -163,3 +166,6 @@ def timing_options(p: argparse.ArgumentParser, rounds: int = 7) -> None:
                    help="GPU work per timed burst of back-to-back calls")
     p.add_argument("--heat-s", type=float, default=2.0,
                    help="seconds of the first method before timing (steady power state)")
+    p.add_argument("--sync-calls", type=int, default=None, metavar="N",
+                   help="with --sync: single synchronized calls a method (default 4 x "
+                        "--rounds)")
