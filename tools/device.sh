@@ -21,7 +21,7 @@
 #                       (DISTILL=0 skips; ~4 min; SHAPES="N,H,V ...", METHODS: its --shapes,
 #                       --methods; the log-prob op's forward and fwd+bwd are among its
 #                       methods), `bench op --sync` of gemm and ours (OP=1
-#                       runs it); both protocols (ROUNDS). Tests and benchmark together pass
+#                       runs it); both protocols (ROUNDS; SYNC_CALLS: its --sync-calls). Tests and benchmark together pass
 #                       one call's 10 minutes: run them as two calls. BASE=DIR (holding
 #                       megatron_overlay_base, another commit's package): both benchmarks
 #                       with --baseline, base beside ours in one process (host times
@@ -162,6 +162,7 @@ distill)
     tests/ops/test_triton_gpu.py 2>&1 | tee "$OUT/pytest.txt" | tail -15
   # shlex-free word splitting on purpose: SHAPES="N,H,V N,H,V ..."
   [ "${DISTILL:-1}" = 0 ] || bench distill --sync --rounds ${ROUNDS:-5} \
+    ${SYNC_CALLS:+--sync-calls $SYNC_CALLS} \
     ${SHAPES:+--shapes $SHAPES} ${METHODS:+--methods "$METHODS"} \
     ${BASE:+--baseline "$BASE"} --out "$OUT/distill" 2>&1 |
     grep -E "k=|gemm|logprob|done" | tail -80
