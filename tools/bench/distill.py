@@ -232,7 +232,10 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
         results.append({"shape": [n, h, v], "method": name, **timing.summarize(got[name]),
                         **({"sync_ms": single[name].median_ms,
                             "sync_calls": len(single[name].ms)} if name in single else {})})
-        log(f"{n}x{h}x{v} {name:>12}: {got[name].median_ms or 0:8.2f} ms")
+        # a single synchronized GEMM has run 2-4% faster than its bursts on an H200
+        # (docs/BENCHMARKS.md, pass 7): the synchronized ratios' reference moves with it
+        single_ms = f"  single {single[name].median_ms:8.2f} ms" if name in single else ""
+        log(f"{n}x{h}x{v} {name:>12}: {got[name].median_ms or 0:8.2f} ms{single_ms}")
     for k in ks:
         row = {"shape": [n, h, v], "k": k}
         try:
