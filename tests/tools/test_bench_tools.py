@@ -154,6 +154,24 @@ def test_cpu_smoke_run_with_single_synchronized_calls(tmp_path):
     assert "sync calls" in (out / "table.md").read_text()
 
 
+def test_synchronized_protocol_orders():
+    # blocks: a round's figure is the median of its block of single calls (after one
+    # untimed call); interleaved: every call a round (the protocol before pass 7)
+    from tools.bench import timing
+    ran = []
+    fns = {"a": lambda x: ran.append(("a", x)), "b": lambda x: ran.append(("b", x))}
+    got, ratios = timing.synchronized(fns, [(0,), (1,)], 2, "a", calls=6, cuda=False)
+    assert [len(got[m].ms) for m in fns] == [2, 2] and got["a"].calls == 3
+    assert [m for m, _ in ran] == ["a"] * 4 + ["b"] * 4 + ["b"] * 4 + ["a"] * 4
+    assert ratios["a"] == (1.0, 1.0, 1.0) and ratios["b"][1] <= ratios["b"][0] <= ratios["b"][2]
+    ran.clear()
+    got, _ = timing.synchronized(fns, [(0,), (1,)], 2, "a", calls=3, cuda=False,
+                                 order="interleaved")
+    assert [len(got[m].ms) for m in fns] == [3, 3]
+    with pytest.raises(ValueError, match="order"):
+        timing.synchronized(fns, [(0,)], 2, "a", order="random", cuda=False)
+
+
 def test_cpu_smoke_run_against_a_baseline_copy_of_the_package(tmp_path):
     # op --baseline: base, ours, ours_var (forward only), an fb variant (fb only)
     shutil.copytree(REPO / "megatron_overlay", tmp_path / "base" / "megatron_overlay_base")
@@ -180,7 +198,8 @@ def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
     data = json.loads((out / "results.json").read_text())
     floors = {r["method"]: r for r in data["results"] if "method" in r}
     assert set(floors) == {"gemm", "gemm_fb"} and len(floors["gemm"]["ms_rounds"]) == 2
-    assert floors["gemm"]["sync_calls"] == floors["gemm_fb"]["sync_calls"] == 5
+    assert floors["gemm"]["sync_calls"] == floors["gemm_fb"]["sync_calls"] == 6  # 2 x 3
+    assert data["sync_order"] == "blocks"
     rows = {r["k"]: r for r in data["results"] if "k" in r}
     assert set(rows) == {1, 4}
     for k, row in rows.items():

@@ -225,13 +225,14 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
                                             if name in got and not got[name].error},
                                            [(0,), (1,)], args.rounds, ref, clocks=clocks,
                                            log=log, cuda=args.device == "cuda",
-                                           calls=args.sync_calls)
+                                           calls=args.sync_calls, order=args.sync_order)
             single.update(t)
             single_ratios.update(r)
     for name in ("gemm", "gemm_fb") if fb else ("gemm",):
         results.append({"shape": [n, h, v], "method": name, **timing.summarize(got[name]),
                         **({"sync_ms": single[name].median_ms,
-                            "sync_calls": len(single[name].ms)} if name in single else {})})
+                            "sync_calls": len(single[name].ms) * single[name].calls}
+                           if name in single else {})})
         # a single synchronized GEMM has run 2-4% faster than its bursts on an H200
         # (docs/BENCHMARKS.md, pass 7): the synchronized ratios' reference moves with it
         single_ms = f"  single {single[name].median_ms:8.2f} ms" if name in single else ""
@@ -346,7 +347,8 @@ def main(args, argv) -> int:
     ks = [int(k) for k in args.ks.split(",")]
     run = Run(args, argv)
     results: list = []
-    meta = {**run.meta, "rounds": args.rounds, "burst_ms": args.burst_ms}
+    meta = {**run.meta, "rounds": args.rounds, "burst_ms": args.burst_ms,
+            **({"sync_order": args.sync_order} if args.sync else {})}
 
     def log(line: str) -> None:
         run.log(line)

@@ -103,7 +103,8 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
             with ctx():
                 single, single_ratios = timing.synchronized(
                     live, inputs, args.rounds, "gemm", clocks=clocks, log=log,
-                    cuda=args.device == "cuda", calls=args.sync_calls)
+                    cuda=args.device == "cuda", calls=args.sync_calls,
+                    order=args.sync_order)
             for m, r in single_ratios.items():
                 rows[m][f"{phase}_sync_x"] = list(r)
             for m, t in single.items():
@@ -227,7 +228,8 @@ def main(args, argv) -> int:
     log, out = run.log, run.out
     meta = {**run.meta, "triton": _version("triton"), "rounds": args.rounds,
             "burst_ms": args.burst_ms, "heat_s": args.heat_s, "logits": args.logits,
-            "labels": args.labels, "temperature": args.temperature}
+            "labels": args.labels, "temperature": args.temperature,
+            **({"sync_order": args.sync_order} if args.sync else {})}
     log(json.dumps(meta))
     sampler = ClockSampler(torch.cuda.current_device()) if args.device == "cuda" else \
         contextlib.nullcontext()

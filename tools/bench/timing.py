@@ -122,16 +122,48 @@ def interleaved(fns: dict, inputs, rounds: int, *, burst_ms: float = 300.0,
     return out
 
 
+SYNC_ORDERS = ("blocks", "interleaved")
+
+
 def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
-                 cuda: bool = True, log=print, calls: int | None = None) -> tuple[dict, dict]:
+                 cuda: bool = True, log=print, calls: int | None = None,
+                 order: str = "blocks") -> tuple[dict, dict]:
     """The other protocol, beside the bursts: each fn as single synchronized calls (the
-    host's time shows), ``calls`` of them (default ``4 x rounds``) interleaved, no heat-up
-    (the bursts ran first). Returns (name -> Timing, name -> paired ratio to
-    ``reference``). A single call's ratio spreads by +-5% on an H200 (a power-capped
-    GPU's clock moves from call to call: docs/BENCHMARKS.md, pass 7), so the median of 12
-    moves by about 1%; more calls narrow it."""
-    got = interleaved(fns, inputs, calls or 4 * rounds, heat_s=0, single=True, clocks=clocks,
-                      log=log, cuda=cuda)
+    host's time shows), ``calls`` of them (default ``4 x rounds``), no heat-up (the bursts
+    ran first). Returns (name -> Timing, name -> paired ratio to ``reference``).
+
+    ``order``: "blocks" (the default): in each of ``rounds`` rounds (the methods' order
+    rotated) a method makes one untimed single call, then its share of ``calls`` timed
+    ones, whose median is its figure for the round. "interleaved": one method's call,
+    then the next's, each call a round. Why blocks: on a power-capped H200 a single
+    call's clock depends on what ran just before it (docs/BENCHMARKS.md, pass 7: at 8192
+    tokens a GEMM after a fused-op call took 14.42 ms and the fused op after a GEMM 15.30,
+    1.061x; each after itself 15.05 and 15.05, 1.000x), so interleaving gives each method
+    a different predecessor; in blocks every method follows itself. A single call's ratio
+    spreads by +-5%: more calls narrow the median."""
+    if order not in SYNC_ORDERS:
+        raise ValueError(f"order must be one of {SYNC_ORDERS}, got {order!r}")
+    calls = calls or 4 * rounds
+    if order == "interleaved":
+        got = interleaved(fns, inputs, calls, heat_s=0, single=True, clocks=clocks,
+                          log=log, cuda=cuda)
+        return got, paired_ratios(got, reference)
+    per_block = max(1, math.ceil(calls / rounds))
+    got = {name: Timing(name) for name in fns}
+    live = list(fns)
+    for r in range(rounds):
+        for name in live[r % len(live):] + live[:r % len(live)]:
+            fn, t = fns[name], got[name]
+            burst(fn, inputs, 1, r, cuda=cuda)  # untimed: the GPU's state after this method
+            t0 = time.perf_counter()
+            block = [burst(fn, inputs, 1, r + i + 1, cuda=cuda) for i in range(per_block)]
+            t1 = time.perf_counter()
+            t.ms.append(statistics.median(block))
+            t.calls = per_block
+            window = clocks.window(t0, t1) if clocks is not None else None
+            if window is not None:
+                t.sm_mhz.append(window[0])
+                t.watts.append(window[1])
     return got, paired_ratios(got, reference)
 
 
@@ -169,3 +201,7 @@ def timing_options(p: argparse.ArgumentParser, rounds: int = 7) -> None:
     p.add_argument("--sync-calls", type=int, default=None, metavar="N",
                    help="with --sync: single synchronized calls a method (default 4 x "
                         "--rounds)")
+    p.add_argument("--sync-order", choices=SYNC_ORDERS, default="blocks",
+                   help="with --sync: each method's single calls in blocks, one block a "
+                        "round after an untimed call (default), or interleaved call by call "
+                        "(the protocol before 2026-12-04)")
