@@ -81,6 +81,35 @@ def test_vocab_chunks_match_one_chunk():
     torch.testing.assert_close(many[1], one[1], atol=1e-7, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("use_tma", _tma_modes())
+def test_backward_configs_change_no_bit(dtype, use_tma):
+    """The recompute kernel's loop and epilogue forms (the epilogue in two halves or whole,
+    the flattened or nested persistent loop) compute each d(logits) entry by the same operations: the gradients are the default
+    config's to the bit (with labels, per-row temperatures, entropy, a partial last tile
+    in N and V)."""
+    from dataclasses import replace
+
+    from megatron_overlay.ops.kernels import autotune_configs
+    hidden, weight, labels = _inputs(1029, 512, 20000, dtype, seed=4)
+    stats = triton_impl.forward_stats(hidden, weight, labels, INV_T, True)
+    lse = stats[:, 0] + stats[:, 1].log()
+    mean_z = stats[:, 0] + stats[:, 2] / stats[:, 1]
+    g = torch.Generator(device="cuda").manual_seed(2)
+    g_lp = torch.randn(1029, device="cuda", generator=g)
+    g_ent = torch.randn(1029, device="cuda", generator=g)
+    inv_t = torch.rand(1029, device="cuda", generator=g) + 0.5
+    default = autotune_configs.backward_config(dtype, use_tma, False)
+    ref = triton_impl.backward(hidden, weight, labels, inv_t, lse, mean_z, g_lp, g_ent,
+                               use_tma=use_tma, config=default)
+    variants = [dict(epilogue_subtile=True, loop=1), dict(epilogue_subtile=True, loop=0),
+                dict(epilogue_subtile=False, loop=0)]
+    for cfg in [replace(default, **kw) for kw in variants]:
+        got = triton_impl.backward(hidden, weight, labels, inv_t, lse, mean_z, g_lp, g_ent,
+                                   use_tma=use_tma, config=cfg)
+        assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]), cfg.name()
+
+
 def test_op_matches_torch_impl(monkeypatch):
     """Through the autograd Function: Triton (default on CUDA) vs MEGATRON_OVERLAY_IMPL=torch."""
     hidden, weight, labels = _inputs(513, 256, 7000, torch.bfloat16, seed=3)

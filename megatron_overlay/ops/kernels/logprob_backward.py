@@ -45,27 +45,51 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def _grad_tile(acc, rows, cols, N, V, labels_ptr, label_shift, lse_ptr, mean_z_ptr, g_lp_ptr,
-               g_ent_ptr, inv_t, inv_t_ptr, scale, HAS_ENTROPY: tl.constexpr,
+def _row_terms(m0, N, V, labels_ptr, label_shift, lse_ptr, mean_z_ptr, g_lp_ptr, g_ent_ptr,
+               inv_t, inv_t_ptr, BLOCK_M: tl.constexpr, HAS_ENTROPY: tl.constexpr,
                ROW_INV_T: tl.constexpr, HAS_LABELS: tl.constexpr):
+    """The per-row inputs of the token tile at m0: (inv_t: the scalar or a [BLOCK_M, 1]
+    column, lse, g_lp, mean_z, g_ent, the label's column in this vocab chunk or -1)."""
+    rows = m0 + tl.arange(0, BLOCK_M)
     keep = rows < N
     if ROW_INV_T:  # per-row temperatures: a [BLOCK_M, 1] column instead of the scalar
         inv_t = tl.load(inv_t_ptr + rows, mask=keep, other=1.0)[:, None]
     lse = tl.load(lse_ptr + rows, mask=keep, other=0.0)
     g_lp = tl.load(g_lp_ptr + rows, mask=keep, other=0.0)
-    p = tl.exp2(acc * (inv_t * LOG2E) - (lse * LOG2E)[:, None])
+    mean_z, g_ent = lse, lse  # placeholders without entropy
     if HAS_ENTROPY:
         mean_z = tl.load(mean_z_ptr + rows, mask=keep, other=0.0)
         g_ent = tl.load(g_ent_ptr + rows, mask=keep, other=0.0)
+    labels = tl.full([BLOCK_M], -1, tl.int32)
+    if HAS_LABELS:  # the label's column, relative to this vocab chunk (outside it: none)
+        labels = tl.load(labels_ptr + rows, mask=keep, other=-1) - label_shift
+        labels = tl.where((labels >= 0) & (labels < V), labels, -1).to(tl.int32)
+    return inv_t, lse, g_lp, mean_z, g_ent, labels
+
+
+@triton.jit
+def _store_grad(acc, g_dst, m0, col0, N, V, stride_g, inv_t, lse, g_lp, mean_z, g_ent, labels,
+                scale, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, HAS_ENTROPY: tl.constexpr,
+                HAS_LABELS: tl.constexpr, USE_TMA: tl.constexpr):
+    """d(logits) of the [BLOCK_M, WIDTH] logits ``acc`` at (m0, col0) (row terms:
+    _row_terms'), stored to ``g_dst``: a TMA descriptor (``USE_TMA``), or a pointer."""
+    cols = col0 + tl.arange(0, WIDTH)
+    p = tl.exp2(acc * (inv_t * LOG2E) - (lse * LOG2E)[:, None])
+    if HAS_ENTROPY:
         coef = g_lp[:, None] + g_ent[:, None] * (acc * inv_t - mean_z[:, None])
     else:
         coef = g_lp[:, None]
     grad = -p * coef
-    if HAS_LABELS:  # the label's column, relative to this vocab chunk (outside it: none)
-        labels = tl.load(labels_ptr + rows, mask=keep, other=-1) - label_shift
-        labels = tl.where((labels >= 0) & (labels < V), labels, -1).to(tl.int32)
+    if HAS_LABELS:
         grad += tl.where(cols[None, :] == labels[:, None], g_lp[:, None], 0.0)
-    return grad * (inv_t * scale)
+    grad = grad * (inv_t * scale)
+    if USE_TMA:  # the copy engine clips the out-of-bounds part of the box
+        g_dst.store([m0, col0], grad.to(g_dst.dtype))
+    else:
+        rows = m0 + tl.arange(0, BLOCK_M)
+        ptrs = g_dst + rows[:, None].to(tl.int64) * stride_g + cols[None, :]
+        tl.store(ptrs, grad.to(g_dst.dtype.element_ty),
+                 mask=(rows[:, None] < N) & (cols[None, :] < V))
 
 
 @triton.jit
@@ -77,7 +101,7 @@ def grad_logits_kernel(
     HAS_ENTROPY: tl.constexpr, HAS_SCALE: tl.constexpr, USE_TMA: tl.constexpr,
     FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
     ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr,
-    HAS_LABELS: tl.constexpr,
+    HAS_LABELS: tl.constexpr, SUBTILE: tl.constexpr,
 ):
     """``labels_ptr`` holds this shard's labels; less ``label_shift`` (the chunk's first
     column) they index this vocab chunk (outside [0, V): none). ``HAS_LABELS`` False: no
@@ -85,7 +109,10 @@ def grad_logits_kernel(
     ``ROW_INV_T``: per-row inverse temperatures at ``inv_t_ptr`` [N], else the scalar.
     ``LOGITS_DTYPE``: the recomputed tile rounded as the forward's was (the gradient
     passes through the rounding); ``LO``: an fp32 operand as its hi and lo parts, as the
-    forward's (``_tiles.mma_step``)."""
+    forward's (``_tiles.mma_step``). ``SUBTILE``: the epilogue in two [BLOCK_M, BLOCK_V / 2]
+    halves (``g_dst``'s TMA box is a half), as Triton's persistent matmul tutorial's
+    EPILOGUE_SUBTILE: fewer live registers beside the next tile's loads, which lets the
+    flattened loop (``FLATTEN``) overlap them without spilling."""
     pid = tl.program_id(0)
     num_m = tl.cdiv(N, BLOCK_M)
     num_v = tl.cdiv(V, BLOCK_V)
@@ -94,33 +121,39 @@ def grad_logits_kernel(
     scale = 1.0
     if HAS_SCALE:
         scale = tl.load(scale_ptr)
-    out_dtype = g_dst.dtype if USE_TMA else g_dst.dtype.element_ty
     # The epilogue recomputes the tile's ids from its own counter (as Triton's persistent
     # matmul does) so that no value lives across the flattened loop's prologue and epilogue.
     tile_c = pid - num_progs
     for tile in tl.range(pid, num_tiles, num_progs, flatten=FLATTEN,
                          warp_specialize=WARP_SPEC):
         pid_m, pid_v = grouped_ids(tile, num_m, num_v, group_m)
-        m0 = pid_m * BLOCK_M
-        v0 = pid_v * BLOCK_V
         acc = tl.zeros((BLOCK_M, BLOCK_V), tl.float32)
         for kk in range(k_tiles):
-            acc = mma_step(h_src, h_lo_src, w_src, w_lo_src, m0, v0, kk * BLOCK_K, N, V, H,
-                           stride_h, stride_w, acc, BLOCK_M, BLOCK_V, BLOCK_K, USE_TMA, LO,
-                           DOT_PRECISION, UPCAST_DOT)
+            acc = mma_step(h_src, h_lo_src, w_src, w_lo_src, pid_m * BLOCK_M, pid_v * BLOCK_V,
+                           kk * BLOCK_K, N, V, H, stride_h, stride_w, acc, BLOCK_M, BLOCK_V,
+                           BLOCK_K, USE_TMA, LO, DOT_PRECISION, UPCAST_DOT)
 
         tile_c += num_progs
         pid_m, pid_v = grouped_ids(tile_c, num_m, num_v, group_m)
-        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
-        grad = _grad_tile(round_logits(acc, LOGITS_DTYPE), rows, cols, N, V, labels_ptr,
-                          label_shift, lse_ptr, mean_z_ptr, g_lp_ptr, g_ent_ptr, inv_t, inv_t_ptr,
-                          scale, HAS_ENTROPY, ROW_INV_T, HAS_LABELS).to(out_dtype)
-        if USE_TMA:  # the copy engine clips the out-of-bounds part of the box
-            g_dst.store([pid_m * BLOCK_M, pid_v * BLOCK_V], grad)
+        m0 = pid_m * BLOCK_M
+        v0 = pid_v * BLOCK_V
+        inv_t_r, lse, g_lp, mean_z, g_ent, labels = _row_terms(
+            m0, N, V, labels_ptr, label_shift, lse_ptr, mean_z_ptr, g_lp_ptr, g_ent_ptr,
+            inv_t, inv_t_ptr, BLOCK_M, HAS_ENTROPY, ROW_INV_T, HAS_LABELS)
+        acc = round_logits(acc, LOGITS_DTYPE)
+        if SUBTILE:
+            acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_V // 2)),
+                                             (0, 2, 1)))
+            _store_grad(acc0, g_dst, m0, v0, N, V, stride_g, inv_t_r, lse, g_lp, mean_z,
+                        g_ent, labels, scale, BLOCK_M, BLOCK_V // 2, HAS_ENTROPY, HAS_LABELS,
+                        USE_TMA)
+            _store_grad(acc1, g_dst, m0, v0 + BLOCK_V // 2, N, V, stride_g, inv_t_r, lse,
+                        g_lp, mean_z, g_ent, labels, scale, BLOCK_M, BLOCK_V // 2,
+                        HAS_ENTROPY, HAS_LABELS, USE_TMA)
         else:
-            ptrs = g_dst + rows[:, None].to(tl.int64) * stride_g + cols[None, :]
-            tl.store(ptrs, grad, mask=(rows[:, None] < N) & (cols[None, :] < V))
+            _store_grad(acc, g_dst, m0, v0, N, V, stride_g, inv_t_r, lse, g_lp, mean_z,
+                        g_ent, labels, scale, BLOCK_M, BLOCK_V, HAS_ENTROPY, HAS_LABELS,
+                        USE_TMA)
 
 
 # ----------------------------------------------------------------------------- launch
@@ -278,7 +311,8 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                 else h_src,
                 w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], chunk_tma) if split_w
                 else w_src,
-                tile_source(grad, [cfg.block_m, cfg.block_v], chunk_tma),
+                tile_source(grad, [cfg.block_m, cfg.block_v // (1 + cfg.epilogue_subtile)],
+                            chunk_tma),
                 lab_blk, whole(lse, blk), whole(mean_z, blk), whole(g_lp, blk), whole(g_ent, blk),
                 scale, lse if inv_t_rows is None else whole(inv_t_rows, blk),
                 rows, width, hidden_size, h_hi.stride(0), w_hi.stride(0), grad.stride(0),
@@ -288,7 +322,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                 FLATTEN=cfg.loop == 1, WARP_SPEC=cfg.warp_specialize,
                 DOT_PRECISION=dot_precision(mma), UPCAST_DOT=upcast_dot(mma),
                 ROW_INV_T=inv_t_rows is not None, LOGITS_DTYPE=rounding, LO=lo,
-                HAS_LABELS=labels is not None,
+                HAS_LABELS=labels is not None, SUBTILE=cfg.epilogue_subtile,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             )
             if sparse is not None:

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Pass 8, fourth device call (r4): issue 20's ops in one run with the new backward default,
+# as pass 7's r8 (the command BENCHMARKS.md quotes).
+set -u
+OUT=$1; mkdir -p "$OUT"
+(LC_ALL=C find megatron_overlay tools -name '*.py' | sort | xargs sha1sum > "$OUT/sources.txt")
+TESTS=0 ROUNDS=3 SYNC_CALLS=24 \
+  SHAPES="256,4096,151936 8192,4096,151936 16384,3584,152064 32768,4096,151936" \
+  METHODS=topk_ours,at_ours,at_ours_fb,logprob_ours,logprob_ours_fb \
+  timeout 500 bash tools/device.sh distill .venv/wheelhouse/upstream "$OUT"
