@@ -5,6 +5,9 @@ floor, bursts in rounds whose order rotates (a call's speed depends on its prede
 on this GPU: BENCHMARKS pass 7).
 
     python docs/h200/pass8/bwd_probe2.py OUT_JSON
+
+Ran (r2) on a tree whose KernelConfig also had ``preload`` and ``tma_store`` (the
+forms dropped after it; r2/machine.txt names that tree's files): a record, not runnable now.
 """
 import json
 import sys

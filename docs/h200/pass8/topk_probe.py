@@ -3,6 +3,9 @@
 outputs, bursts in rounds against the bare GEMM, and CUDA time by kernel of one call.
 
     python docs/h200/pass8/topk_probe.py OUT_JSON
+
+Ran (r1) on a tree with merge_topk.BITONIC (dropped after it; r1/machine.txt names
+that tree's files): a record; on main both arms now run the k extractions.
 """
 import json
 import sys
