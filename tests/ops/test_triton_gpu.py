@@ -84,13 +84,13 @@ def test_vocab_chunks_match_one_chunk():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("use_tma", _tma_modes())
 def test_backward_configs_change_no_bit(dtype, use_tma):
-    """The recompute kernel's loop and epilogue forms (the epilogue in two halves or whole,
-    the flattened or nested persistent loop) compute each d(logits) entry by the same operations: the gradients are the default
-    config's to the bit (with labels, per-row temperatures, entropy, a partial last tile
-    in N and V)."""
-    from dataclasses import replace
-
+    """The recompute kernel's loop and epilogue forms (tests/support/backward_forms.py:
+    the epilogue in two halves or whole, the flattened or nested persistent loop, one
+    program a tile) compute each d(logits) entry by the same operations: the gradients are
+    the default config's to the bit (with labels, per-row temperatures, entropy, a partial
+    last tile in N and V)."""
     from megatron_overlay.ops.kernels import autotune_configs
+    from tests.support.backward_forms import backward_forms
     hidden, weight, labels = _inputs(1029, 512, 20000, dtype, seed=4)
     stats = triton_impl.forward_stats(hidden, weight, labels, INV_T, True)
     lse = stats[:, 0] + stats[:, 1].log()
@@ -102,9 +102,7 @@ def test_backward_configs_change_no_bit(dtype, use_tma):
     default = autotune_configs.backward_config(dtype, use_tma, False)
     ref = triton_impl.backward(hidden, weight, labels, inv_t, lse, mean_z, g_lp, g_ent,
                                use_tma=use_tma, config=default)
-    variants = [dict(epilogue_subtile=True, loop=1), dict(epilogue_subtile=True, loop=0),
-                dict(epilogue_subtile=False, loop=0)]
-    for cfg in [replace(default, **kw) for kw in variants]:
+    for cfg in backward_forms(default):
         got = triton_impl.backward(hidden, weight, labels, inv_t, lse, mean_z, g_lp, g_ent,
                                    use_tma=use_tma, config=cfg)
         assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]), cfg.name()

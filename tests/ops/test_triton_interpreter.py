@@ -38,6 +38,10 @@ def _cases():
                                  f"-{'tma' if tma else 'ptr'}")
     cases += ["chunks-33x32x130-bfloat16"]
     cases += ["needs-one-chunk", "needs-chunks", "needs-sparse"]
+    # the recompute kernel's loop / epilogue forms (tests/support/backward_forms.py): the
+    # default config's gradient bits (the 16-bit GPU default's form among them)
+    cases += [f"forms-{dtype}-{path}" for dtype, path in
+              (("float32", "tma"), ("float32", "ptr"), ("bfloat16", "ptr"), ("float16", "ptr"))]
     cases += [f"op-{dtype}-{ent}" for dtype in ("float32", "bfloat16") for ent in ("ent", "noent")]
     cases += ["op-float32-ent-strided"]  # labels a column view (stride 3), some ignored
     cases += [f"mode-{m}-{layout}" for m in MODES for layout in ("one", "chunks")]
@@ -176,6 +180,34 @@ def _worker() -> int:
                     and torch.equal(only_h[0], full[0]) and torch.equal(only_w[1], full[1])
                     and triton_impl.backward(*args, need_d_hidden=False, need_d_weight=False,
                                              **kw) == (None, None)}
+            elif kind == "forms":  # every loop / epilogue form: the default's bits
+                from tests.support.backward_forms import backward_forms
+                from megatron_overlay.ops.kernels import autotune_configs
+                _, dtype_name, path = case.split("-")
+                dtype, tma = getattr(torch, dtype_name), path == "tma"
+                n = 33
+                hidden, weight, labels = inputs(n, 32, 130, dtype, seed=17)
+                g = torch.Generator().manual_seed(7)
+                row_inv_t = torch.rand(n, generator=g) + 0.5  # per-row temperatures
+                stats = torch_chunked.forward_stats(hidden, weight, labels, row_inv_t, True)
+                lse, mean_z = stats[:, 0] + stats[:, 1].log(), stats[:, 0] + stats[:, 2] / stats[:, 1]
+                args = (hidden, weight, labels, row_inv_t, lse, mean_z,
+                        torch.randn(n, generator=g), torch.randn(n, generator=g))
+                ref_dh, ref_dw = torch_chunked.backward(*args)
+                # several vocab chunks and token blocks: the halves' columns shift with v0
+                kw = dict(use_tma=tma, chunk_budget=n * 40 * hidden.element_size(),
+                          block_tokens=16)
+                default = autotune_configs.backward_config(dtype, tma, True)
+                dh, dw = triton_impl.backward(*args, config=default, **kw)
+                differ = []
+                for form in backward_forms(default):
+                    f_dh, f_dw = triton_impl.backward(*args, config=form, **kw)
+                    if not (torch.equal(f_dh, dh) and torch.equal(f_dw, dw)):
+                        differ.append(form.name())
+                report[case] = {
+                    "stats_err": 0.0, "stats_finite": True, "dh_err": rel(dh, ref_dh),
+                    "dw_err": rel(dw, ref_dw), "dtype": dtype_name, "differ": differ,
+                    "forms": len(backward_forms(default))}
             elif kind == "finalize":  # the stage's outputs, triton vs torch
                 _, shards, ent, lab = case.split("-")
                 n, vocab = 300, 1000
@@ -273,6 +305,8 @@ def test_interpreter_case(report, case):
         assert res["ignored_zero"]
     if case.startswith("needs-"):
         assert res["needs_ok"]
+    if case.startswith("forms-"):
+        assert res["forms"] == 4 and res["differ"] == [], res
     if case.startswith("finalize-"):
         assert res["flags_equal"]
         if not case.endswith("-none"):  # the same ValueError from either record
