@@ -99,6 +99,22 @@ def test_bad_entries_poison_their_rows_on_the_no_sync_path():
         check_temperature_values(torch.tensor([1.0, 0.0]))
 
 
+def test_inverse_poisons_exactly_the_invalid_entries():
+    """NaN for every entry that is not finite and > 0 (+-0, +-inf, NaN, negatives), 1 / t
+    for every other, the smallest subnormal (1 / t = inf) and the largest float included."""
+    tiny, big = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
+    t = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), -1e-30, -big,
+                      1e-45, tiny, 0.7, 1.0, 3e38, big])
+    inv = inverse_temperature(t, t.numel(), t.device)
+    valid = torch.isfinite(t) & (t > 0)
+    assert inv.dtype == torch.float32 and inv.is_contiguous()
+    assert torch.equal(inv.isnan(), ~valid)
+    assert torch.equal(inv[valid], t[valid].reciprocal())
+    # other floating dtypes are read as fp32
+    assert torch.equal(inverse_temperature(t[9:12].to(torch.bfloat16), 3, t.device),
+                       t[9:12].to(torch.bfloat16).float().reciprocal())
+
+
 def test_temperature_gets_no_gradient():
     hidden, weight, labels = make(6, 8, 16)
     temps = torch.full((6,), 0.9, requires_grad=True)
