@@ -46,6 +46,31 @@ def test_topk_stage_matches_torch(dtype, k, shape):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("k", [1, 2, 3, 32])
+def test_topk_ranks_z_not_the_raw_logits(dtype, k):
+    """Two distinct logits that T rounds to one z (tests/support/scaled_ties.py) tie, and
+    go to the lower id, as in the torch path; the two in one 256-column tile, and the lower
+    id's tile before and after the other's; a row with an invalid temperature (NaN)
+    comes out NaN with real ids."""
+    from tests.support.scaled_ties import TEMPERATURE, scaled_tie_inputs
+    g = torch.Generator(device="cuda").manual_seed(6)
+    n, v = 300, 5003
+    inv_t = torch.full((n,), 1 / TEMPERATURE, device="cuda")
+    inv_t[7] = float("nan")
+    for low, high, best in ((1030, 1100, 4000), (300, 1100, 4000), (4000, 1100, 300)):
+        hidden, weight = scaled_tie_inputs(n, 264, v, low, high, best, dtype, g)
+        for temperature in (1 / TEMPERATURE, inv_t):
+            r_stats, r_vals, r_ids = torch_topk.topk_stats(hidden, weight, None, temperature,
+                                                           True, k)
+            stats, vals, ids = triton_topk.topk_stats(hidden, weight, None, temperature,
+                                                      True, k)
+            ok = ~r_vals.isnan().any(dim=1)
+            assert torch.equal(ids[ok], r_ids[ok])
+            assert torch.equal(vals[ok], r_vals[ok])
+            assert vals[~ok].isnan().all() and ((ids[~ok] >= 0) & (ids[~ok] < v)).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("k", [8, 33])
 def test_second_maxima_change_no_bit(dtype, k, monkeypatch):
     """The top-k's two paths (topk_forward.SECOND_MAX_MIN_K): a chosen tile's maximum taken

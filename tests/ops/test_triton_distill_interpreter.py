@@ -32,6 +32,7 @@ CASES = ([f"topk-{n}x{h}x{v}-k{k}-{d}" for n, h, v, k in TOPK_SHAPES for d in DT
          + ["mergetopk-float32", "tilesort-int64", "secondmax-float32"]
          + [f"checkids-{d}" for d in ("int64", "int32")]
          + [f"unmerged-{d}" for d in DTYPES] + [f"clustered-{d}" for d in DTYPES]
+         + [f"scaledties-{d}" for d in DTYPES]
          + [f"modes-{m}" for m in ("bf16logits", "fp32hidden", "fp32weight")])
 # The precision modes (issue 18): (hidden dtype, weight dtype, logits_dtype)
 MODES = {"bf16logits": ("bfloat16", "bfloat16", "bfloat16"),
@@ -184,6 +185,34 @@ def _worker() -> int:
                     res["values_err"] = max(res["values_err"],
                                             (got[1] - ref[1]).abs().max().item())
                     res["ids_equal"] &= torch.equal(got[2], ref[2])
+                report[case] = res
+            elif kind == "scaledties":  # distinct logits that T rounds to one z
+                # (tests/support/scaled_ties.py). Layouts (interpreter tile: 32 columns):
+                # the two in one tile, the lower id's tile before the other's, after it
+                from tests.support.scaled_ties import TEMPERATURE, scaled_tie_inputs
+                g = torch.Generator().manual_seed(5)
+                n, v = 6, 130
+                inv_t = torch.full((n,), 1 / TEMPERATURE)
+                inv_t[4] = float("nan")  # an invalid temperature's row (CUDA: no host check)
+                res = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
+                       "dtype": str(dtype)[6:], "nan_rows": True}
+                for (low, high, best), k, second_from in itertools.product(
+                        ((33, 40, 100), (5, 40, 100), (100, 40, 5)), (1, 2, 3),
+                        second_max_paths):
+                    h, w = scaled_tie_inputs(n, 16, v, low, high, best, dtype, g)
+                    for temperature in (1 / TEMPERATURE, inv_t):
+                        ref = torch_topk.topk_stats(h, w, None, temperature, True, k)
+                        with second_max_from(second_from):
+                            got = triton_topk.topk_stats(h, w, None, temperature, True, k)
+                        ok = ~torch.isnan(ref[1]).any(dim=1)
+                        res["stats_err"] = max(res["stats_err"],
+                                               (got[0][ok] - ref[0][ok]).abs().max().item())
+                        res["values_err"] = max(res["values_err"],
+                                                (got[1][ok] - ref[1][ok]).abs().max().item())
+                        res["ids_equal"] &= torch.equal(got[2][ok], ref[2][ok])
+                        # the invalid row: NaN values, real ids (never a plausible number)
+                        res["nan_rows"] &= bool(got[1][~ok].isnan().all()) and bool(
+                            ((got[2][~ok] >= 0) & (got[2][~ok] < v)).all())
                 report[case] = res
             elif kind == "unmerged":  # forward stages' merged=False: finalize's outputs alike
                 hidden, weight, labels, inv_t = inputs(33, 32, 130, dtype, seed=13)
@@ -467,6 +496,8 @@ def test_interpreter_case(report, case):
     assert res["stats_err"] < tol, res
     # op values: fp32 log-probs of bf16 inputs, summed in different orders
     assert res["values_err"] < (1e-4 if case.startswith("op-") else tol), res
+    if "nan_rows" in res:
+        assert res["nan_rows"], res
     if "invariant" in res:  # bits whatever N, the row's position and the split count
         assert res["invariant"] and res["splits_same"], res
         assert res["as_logprob"], res  # the same bits as linear_logprob_entropy's

@@ -86,14 +86,14 @@ def pad_tile(acc, v0, V, inv_t_col, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i, WITH_ENTROPY: tl.constexpr):
-    """The fold of a padded tile whose row maxima ``acc_max`` (raw) are known.
+def fold_max(acc, z_max, inv_t_col, m_i, s_i, t_i, WITH_ENTROPY: tl.constexpr):
+    """The fold of a padded tile of raw logits ``acc`` whose rows' maxima of z, ``z_max``
+    = max(acc) * inv_t, are known (inv_t > 0, so that is max(acc * inv_t) bit for bit).
 
     Work in log2 units: with u = (z - m) log2(e), exp(z - m) = exp2(u) costs one FMA and
     one MUFU op per logit, and t = ln(2) sum exp2(u) u.
     """
-    # inv_t > 0, so max(acc) * inv_t == max(acc * inv_t) bit for bit.
-    m_new = tl.maximum(m_i, acc_max * inv_t)
+    m_new = tl.maximum(m_i, z_max)
     m2 = m_new * LOG2E
     alpha = tl.exp2(m_i * LOG2E - m2)
     u = acc * (inv_t_col * LOG2E) - m2[:, None]

@@ -73,7 +73,7 @@ def _fold_tile(acc, v0, labels, V, inv_t, inv_t_col, m_i, s_i, t_i, zl_i,
     if HAS_LABELS:
         zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
     acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
-    m_i, s_i, t_i = fold_max(acc, tl.max(acc, axis=1), inv_t, inv_t_col, m_i, s_i, t_i,
+    m_i, s_i, t_i = fold_max(acc, tl.max(acc, axis=1) * inv_t, inv_t_col, m_i, s_i, t_i,
                              WITH_ENTROPY)
     return m_i, s_i, t_i, zl_i
 

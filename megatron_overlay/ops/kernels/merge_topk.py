@@ -129,7 +129,7 @@ def merge_topk(part_v: torch.Tensor, part_i: torch.Tensor, vocab: int, k: int | 
 def best_tiles(tile_max: torch.Tensor, k: int, tile_second: torch.Tensor | None = None,
                block_v: int = 0):
     """([N, k] fp32 maxima, int64 tile indices): each row's k tiles with the largest maxima
-    of ``tile_max`` [tiles, N] (raw maxima, a tile's row contiguous), descending, ties to
+    of ``tile_max`` [tiles, N] (maxima of z, a tile's row contiguous), descending, ties to
     the lower tile; past the tile count (k > tiles): (-inf, PAD_ID).
 
     ``tile_second`` [tiles, N] int32 (each tile's second maximum, rounded up, and its

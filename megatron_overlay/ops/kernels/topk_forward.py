@@ -2,23 +2,25 @@
 
 The same work items as logprob_forward.py (a tile of BLOCK_M tokens x a range of vocab
 tiles), on the same 128 x 256 tile: each logits tile is folded into the four statistics
-(``_online_stats.fold_max``, shared) with its row maxima, and the same raw maxima (logits
-before the temperature) are stored, [tiles, N] fp32 (2.4 KB a row at V ~ 152k): one
+(``_online_stats.fold_max``, shared) with its row maxima, and the same maxima of z (the
+logits times the row's inverse temperature: topk_rescan.rank_scale) are stored, [tiles, N]
+fp32 (2.4 KB a row at V ~ 152k): one
 candidate a tile and row, no rounds over the logits and no per-row list in registers
 whatever k, so the epilogue is the log-prob forward's plus one coalesced store.
 ``merge_topk.best_tiles`` then picks each row's k tiles with the largest maxima (ties to
 the lower tile, which holds the lower ids).
-k = 1 keeps each tile's argmax column instead (the leftmost of equal maxima) in a
-one-slot list a row and split: the splits' best is then the answer, scaled by inv_t at
-the end, and no rescan follows.
+k = 1 keeps each tile's argmax column of z instead (the leftmost of equal maxima) in a
+one-slot list a row and split: the splits' best is then the answer, and no rescan
+follows.
 
 The row's top-k logits all lie in its k best tiles (topk_rescan.py says why), which the
-second stage recomputes for the row and takes its top k from (``rescan_topk``). Raw
-maxima order the tiles as the logits would: inv_t > 0 keeps the order within a row.
+second stage recomputes for the row and takes its top k from (``rescan_topk``). Tiles and
+logits are ranked by z, the values returned, not by the raw logits: inv_t > 0 keeps their
+order, but rounding may give two distinct logits one z, whose tie goes to the lower id.
 From k = SECOND_MAX_MIN_K (32) the kernel also stores each (row, tile)'s second largest
-logit, rounded up to bfloat16, and its maximum's column (``pack_second``, [tiles, N]
+z, rounded up to bfloat16, and its maximum's column (``pack_second``, [tiles, N]
 int32): a chosen tile whose second maximum lies below the row's k-th best tile maximum
-thr holds one logit >= thr, its maximum, known without recomputing the tile, so the
+thr holds one z >= thr, its maximum, known without recomputing the tile, so the
 rescan's MMAs shrink to the other tiles (its time halved at k = 32 on the benchmark's
 logits: docs/BENCHMARKS.md, pass 6).
 
@@ -53,19 +55,21 @@ from .. import batch_invariance
 from .logprob_forward import invariant_chunk_tiles
 from .merge_splits import merge_splits
 from .merge_topk import best_tiles, merge_topk
-from .topk_rescan import rescan_block_rows, rescan_topk
+from .topk_rescan import rank_scale, rescan_block_rows, rescan_topk
 from .split_operand import split_hi_lo_into, split_rows
 
 
 @triton.jit
-def pack_second(acc, acc_max, at):
+def pack_second(acc, acc_max, at, rank):
     """int32: the rows' second largest raw logit of the tile (the maximum again where it is
-    tied), rounded up to bfloat16 (its high 16 bits), and the maximum's column ``at`` (low
-    16 bits; the leftmost of equal maxima). Rounded up, "second < thr" still proves that
-    the tile holds one logit >= thr; NaN reads as +inf (no proof)."""
+    tied) times ``rank`` (topk_rescan.rank_scale), rounded up to bfloat16 (its high 16
+    bits), and the maximum's column ``at`` (low 16 bits; the leftmost of equal maxima).
+    Rounded up, "second < thr" (thr: a maximum times ``rank``) still proves that the tile
+    holds one logit whose z is >= thr, its maximum (rounding is monotone: every other z
+    is at most second); NaN reads as +inf (no proof)."""
     ties = tl.sum((acc == acc_max[:, None]).to(tl.int32), axis=1)
     below = tl.max(tl.where(acc < acc_max[:, None], acc, float("-inf")), axis=1)
-    second = tl.where(ties > 1, acc_max, below)
+    second = tl.where(ties > 1, acc_max, below) * rank
     second = tl.where((second != second) | (acc_max != acc_max), float("inf"), second)
     bits = second.to(tl.int32, bitcast=True)
     bits = tl.where(bits >= 0, bits + 0xFFFF, bits) & -65536  # toward +inf (sign: truncate)
@@ -83,8 +87,9 @@ def topk_stats_kernel(
     DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, ROW_INV_T: tl.constexpr,
     LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr, HAS_LABELS: tl.constexpr,
 ):
-    """``top_v_ptr``: the raw maxima [tiles, N]; ``SECOND``: ``top_i_ptr`` each (row,
-    tile)'s second maximum and argmax [tiles, N] (pack_second), else unused; ``ARGMAX``
+    """``top_v_ptr``: the tiles' maxima of z [tiles, N] (times ``rank_scale`` of the row's
+    inv_t: topk_rescan.py); ``SECOND``: ``top_i_ptr`` each (row, tile)'s second maximum
+    and argmax [tiles, N] (pack_second), else unused; ``ARGMAX``
     (k = 1): each split's best z and its id, [splits, N] each. ``LO`` and ``LOGITS_DTYPE`` as
     logprob_forward's kernel: the raw tile is rounded before the statistics and the
     maxima see it."""
@@ -93,8 +98,9 @@ def topk_stats_kernel(
         BLOCK_M, BLOCK_V, ROW_INV_T, HAS_LABELS)
     k_tiles = tl.cdiv(H, BLOCK_K)
     keep = rows < N
+    rank, rank_col = rank_scale(inv_t), rank_scale(inv_t_col)  # what the selection ranks
     m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
-    best_v = tl.full([BLOCK_M], float("-inf"), tl.float32)  # ARGMAX: the split's best
+    best_v = tl.full([BLOCK_M], float("-inf"), tl.float32)  # ARGMAX: the split's best z
     best_i = tl.full([BLOCK_M], V, tl.int32)  # V: none yet
 
     # the statistics fold chunk by chunk (ops/batch_invariance.py), each stored at its end
@@ -109,30 +115,36 @@ def topk_stats_kernel(
             acc = round_logits(acc, LOGITS_DTYPE)
             if HAS_LABELS:
                 zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
-            acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
-            if ARGMAX:  # the leftmost of equal maxima: ties to the lower id; tiles come in
-                acc_max, at = tl.max(acc, axis=1, return_indices=True,  # ascending order
-                                     return_indices_tie_break_left=True)
-                better = acc_max > best_v
-                best_v = tl.where(better, acc_max, best_v)
+            # rank_col, not inv_t_col: as the log-prob kernel's but where inv_t is NaN,
+            # whose padding stays finite too (the row's maxima rank its real logits)
+            acc = pad_tile(acc, v0, V, rank_col, BLOCK_V)
+            if ARGMAX:  # the leftmost of equal z: ties to the lower id (tiles come in
+                # ascending order); z, not the raw logits, which may differ where z ties
+                z_top, at = tl.max(acc * rank_col, axis=1, return_indices=True,
+                                   return_indices_tie_break_left=True)
+                better = z_top > best_v
+                best_v = tl.where(better, z_top, best_v)
                 best_i = tl.where(better, v0 + at, best_i)
+                z_max = tl.where(inv_t == inv_t, z_top, float("nan"))  # max(acc) * inv_t
             elif SECOND:
                 acc_max, at = tl.max(acc, axis=1, return_indices=True,
                                      return_indices_tie_break_left=True)
+                z_max = acc_max * inv_t
                 # int32 offsets: a launch's maxima stay within the partial budget
-                tl.store(top_v_ptr + vt * N + rows, acc_max, mask=keep)
-                tl.store(top_i_ptr + vt * N + rows, pack_second(acc, acc_max, at), mask=keep)
+                tl.store(top_v_ptr + vt * N + rows, acc_max * rank, mask=keep)
+                tl.store(top_i_ptr + vt * N + rows, pack_second(acc, acc_max, at, rank),
+                         mask=keep)
             else:
                 acc_max = tl.max(acc, axis=1)
-                tl.store(top_v_ptr + vt * N + rows, acc_max, mask=keep)
-            m_i, s_i, t_i = fold_max(acc, acc_max, inv_t, inv_t_col, m_i, s_i, t_i,
-                                     WITH_ENTROPY)
+                z_max = acc_max * inv_t
+                tl.store(top_v_ptr + vt * N + rows, acc_max * rank, mask=keep)
+            m_i, s_i, t_i = fold_max(acc, z_max, inv_t_col, m_i, s_i, t_i, WITH_ENTROPY)
         store_stats(part_ptr, c0 // chunk_tiles, rows, N, m_i, s_i, t_i, zl_i)
         m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
 
     if ARGMAX:  # z, the answer (a split without tiles keeps -inf and id V: unfilled)
         top = split.to(tl.int64) * N + rows
-        tl.store(top_v_ptr + top, best_v * inv_t, mask=keep)
+        tl.store(top_v_ptr + top, tl.where(inv_t == inv_t, best_v, float("nan")), mask=keep)
         tl.store(top_i_ptr + top, best_i, mask=keep)
 
 

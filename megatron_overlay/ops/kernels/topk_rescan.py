@@ -1,25 +1,27 @@
 """Top-k, second stage: recompute each row's candidate vocab tiles and take its top k there.
 
-The forward kernel (topk_forward.py) stores each (row, vocab tile)'s maximum and
-merge_topk.best_tiles picks each row's k tiles with the largest. Each of the row's top-k logits
-lies in one of them: the k-th largest tile maximum ``thr`` is a logit, so the row's k-th
-largest logit is >= thr, and a tile whose maximum is below thr holds nothing >= thr (of
+The forward kernel (topk_forward.py) stores each (row, vocab tile)'s maximum of z (the
+logits times the row's inverse temperature, as returned: ``rank_scale``) and
+merge_topk.best_tiles picks each row's k tiles with the largest. Each of the row's top-k
+z lies in one of them: the k-th largest tile maximum ``thr`` is a z, so the row's k-th
+largest z is >= thr, and a tile whose maximum is below thr holds nothing >= thr (of
 tiles tied at thr, those with the lower ids are kept, which hold the lower ids).
 
 Here the (row, candidate tile) pairs, ordered by tile (tile_sort.py: a stable counting
 sort, two launches), are recomputed a segment at a time: a program takes one segment, at
 most BLOCK_R consecutive pairs of one tile (the sort's runs table says which), one MMA
-of the pairs' gathered hidden rows against the tile's weight rows, then takes each row's
-logits >= thr, largest first (ties to the lower column), as many as the pair can contribute: the row's
+of the pairs' gathered hidden rows against the tile's weight rows, scaled to z, then takes
+each row's z >= thr, largest first (ties to the lower column), as many as the pair can
+contribute: the row's
 j-th best tile (0-based) has j better tiles ahead of it, each holding a logit that ranks
 above all of its own (a larger one, or an equal one with a lower id), so k - j at most.
 Pair j's slots are at j k - j (j - 1) / 2 of the row's k (k + 1) / 2 candidates; unused
 slots hold (-inf, V). merge_topk orders them into the row's top k.
 
-A pair whose tile is known to hold one logit >= thr (its second maximum below thr: a code
+A pair whose tile is known to hold one z >= thr (its second maximum below thr: a code
 past the tiles, merge_topk.best_tiles) is not recomputed: it sorts with the unfilled
-slots, past the tiles, and its program writes the tile's maximum (the forward kernel's
-raw logit, the same bits) and column as its one candidate.
+slots, past the tiles, and its program writes the tile's maximum (the forward kernel's z,
+the same bits) and column as its one candidate.
 
 The logits are the forward kernel's, bit for bit where the MMA instruction and K order
 are the same (the 16-bit tile: both m64n256k16 steps over the same BLOCK_K), and do not
@@ -72,6 +74,17 @@ def rescan_block_rows(k: int, alive_bytes: int) -> int:
 
 
 @triton.jit
+def rank_scale(inv_t):
+    """What the top-k ranks a row's logits by: z = logit * inv_t, the values it returns,
+    whose order is the contract's (descending z, ties to the lower id). Not the raw logits:
+    rounding keeps their order but may give two distinct logits one z (fp32 logits a few
+    ulps apart, T != 1), which then tie and go to the lower id. Where inv_t is NaN (an
+    invalid temperature: the row's values come out NaN) 1, so that the row still ranks
+    its logits and its ids are real ones."""
+    return tl.where(inv_t == inv_t, inv_t, 1.0)
+
+
+@triton.jit
 def _gather_rows(h_ptr, rows, k0, H, stride_h, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     cols = k0 + tl.arange(0, BLOCK_K)
     ptrs = h_ptr + rows[:, None].to(tl.int64) * stride_h + cols[None, :]
@@ -102,11 +115,12 @@ def rescan_kernel(
 ):
     """``runs_ptr`` [2, NB] int32: tile_sort's segments table; ``pairs_ptr`` [P] int32: the
     pairs ordered by tile, each one's row * K + place; ``tile_v_ptr`` [N, K]: the rows'
-    candidate tiles' raw maxima, descending (the last is thr); ``tile_i_ptr`` [N, K]
+    candidate tiles' maxima of z, descending (the last is thr); ``tile_i_ptr`` [N, K]
     int64: their tiles or codes (merge_topk.best_tiles), read for the pairs sorted past
-    the tiles. Raw logits (before the temperature) are compared, and scaled by the row's
-    inv_t when stored. The grid may hold more programs than segments (it is sized on the
-    host without the data): those past the last segment do nothing."""
+    the tiles. The logits are compared as z (times ``rank_scale`` of the row's inv_t);
+    a row whose inv_t is NaN stores NaN values. The grid may hold more programs than
+    segments (it is sized on the host without the data): those past the last segment do
+    nothing."""
     seg = tl.program_id(0)
     num_t = tl.cdiv(V, BLOCK_V)
     bins = tl.arange(0, NB)
@@ -128,6 +142,8 @@ def rescan_kernel(
         inv_t_row = inv_t + tl.zeros([BLOCK_R], tl.float32)
         if ROW_INV_T:
             inv_t_row = tl.load(inv_t_ptr + row, mask=live, other=1.0)
+        nan_row = inv_t_row != inv_t_row  # its values: NaN
+        rank = rank_scale(inv_t_row)
         if tile < num_t:
             thr = tl.load(tile_v_ptr + row * K + K - 1, mask=live, other=float("inf"))
             col = tl.arange(0, BLOCK_V)
@@ -143,7 +159,7 @@ def rescan_kernel(
                     b_lo = load_tile(w_lo_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K,
                                      USE_TMA)
                 acc = mixed_dot(a, a_lo, b, b_lo, acc, LO, DOT_PRECISION, UPCAST_DOT)
-            acc = round_logits(acc, LOGITS_DTYPE)
+            acc = round_logits(acc, LOGITS_DTYPE) * rank[:, None]  # z, as thr is
             real = (v0 + col)[None, :] < V
             acc = tl.where(real, acc, float("-inf"))
             count = tl.sum(((acc >= thr[:, None]) & real).to(tl.int32), axis=1)
@@ -152,15 +168,16 @@ def rescan_kernel(
                 best, at = tl.max(acc, axis=1, return_indices=True,
                                   return_indices_tie_break_left=True)
                 keep = r < take
-                tl.store(out_v_ptr + base + r, best * inv_t_row, mask=keep)
+                tl.store(out_v_ptr + base + r, tl.where(nan_row, float("nan"), best),
+                         mask=keep)
                 tl.store(out_i_ptr + base + r, v0 + at, mask=keep)
                 idx = _columns(BLOCK_R, BLOCK_V, OPAQUE_COLUMNS)
                 acc = tl.where(idx == at[:, None], float("-inf"), acc)
         else:  # no tile to recompute: a known maximum (a code past num_t) or an unfilled slot
             code = tl.load(tile_i_ptr + row * K + place, mask=live, other=-1)
             known = live & (code > num_t) & (code - num_t - 1 < V)
-            raw = tl.load(tile_v_ptr + row * K + place, mask=known, other=0.0)
-            tl.store(out_v_ptr + base, raw * inv_t_row, mask=known)
+            z = tl.load(tile_v_ptr + row * K + place, mask=known, other=0.0)
+            tl.store(out_v_ptr + base, tl.where(nan_row, float("nan"), z), mask=known)
             tl.store(out_i_ptr + base, (code - num_t - 1).to(tl.int32), mask=known)
             take = known.to(tl.int32)
         rest = live[:, None] & (slots[None, :] >= take[:, None]) \
@@ -173,7 +190,7 @@ def rescan_topk(h_parts, w_parts, tile_v: torch.Tensor, tile_i: torch.Tensor,
                 inv_temperature, cfg, tma: bool, lo: int, mma: torch.dtype, rounding,
                 alive_bytes: int = 0):
     """([N, k] values, int64 ids): the rows' top k from their k candidate tiles (``tile_v``
-    raw maxima descending, ``tile_i`` tile ids, topk_merge.PAD_ID where unfilled), in row
+    maxima of z descending, ``tile_i`` tile ids, topk_merge.PAD_ID where unfilled), in row
     blocks within what ``alive_bytes`` (the caller's buffers) leave of FORWARD_EXTRA_BYTES,
     at least RESCAN_BUDGET_BYTES. ``h_parts`` / ``w_parts``: each operand twice, or
     an fp32 operand's hi and lo halves (``lo``: launch.lo_operand; ``mma``: launch.mma_dtype)."""
