@@ -3,10 +3,10 @@
 The same work items as logprob_forward.py (a tile of BLOCK_M tokens x a range of vocab
 tiles), on the same 128 x 256 tile: each logits tile is folded into the four statistics
 (``_online_stats.fold_max``, shared) with its row maxima, and the same maxima of z (the
-logits times the row's inverse temperature: topk_rescan.rank_scale) are stored, [tiles, N]
-fp32 (2.4 KB a row at V ~ 152k): one
-candidate a tile and row, no rounds over the logits and no per-row list in registers
-whatever k, so the epilogue is the log-prob forward's plus one coalesced store.
+logits times the row's inverse temperature: topk_rescan.rank_scale) are stored, [tiles,
+N] fp32 (2.4 KB a row at V ~ 152k): one candidate a tile and row, no rounds over the
+logits and no per-row list in registers whatever k, so the epilogue is the log-prob
+forward's plus one coalesced store.
 ``merge_topk.best_tiles`` then picks each row's k tiles with the largest maxima (ties to
 the lower tile, which holds the lower ids).
 k = 1 keeps each tile's argmax column of z instead (the leftmost of equal maxima) in a
