@@ -139,3 +139,61 @@ def test_tile_sort_matches_torch_sort(pairs, num_t):
     ref_t, ref_p = torch.sort(tiles.clamp(max=num_t), stable=True)
     assert torch.equal(got_t.long(), ref_t) and torch.equal(got_p.long(), ref_p)
     assert torch.equal(runs.cpu(), runs_reference(tiles, num_t, 128, runs.shape[1]))
+
+
+@pytest.mark.parametrize("n, num_t, k", [(8192, 594, 32), (8192 + 5, 594, 24), (1000, 594, 64),
+                                         (64, 594, 256), (300, 8192, 32), (37, 20, 32)])
+@pytest.mark.parametrize("ties", [False, True])
+def test_best_tiles_selection_matches_extraction(n, num_t, k, ties, monkeypatch):
+    """best_tiles by selection (merge_topk.select_tiles_kernel: a bit-by-bit search, its
+    places written and read back across the program's warps) gives the k extractions'
+    bits: values, tiles and the rescan's codes; maxima distinct (the plain branch) or
+    rounded to bfloat16 with NaN rows (ties at the k-th: the scan's branch)."""
+    from megatron_overlay.ops.kernels import merge_topk
+
+    g = torch.Generator(device="cuda").manual_seed(n + k)
+    maxima = torch.randn(num_t, n, device="cuda", generator=g) * 4
+    if ties:
+        maxima = maxima.bfloat16().float()
+        maxima[:, 5::8] = float("nan")
+    second = maxima - torch.rand(num_t, n, device="cuda", generator=g)
+    at = torch.randint(0, 256, (num_t, n), device="cuda", generator=g, dtype=torch.int32)
+    packed = (second.view(torch.int32) & -65536) | at
+    for tile_second in (None, packed):
+        monkeypatch.setattr(merge_topk, "SELECT_MIN_K", 10 ** 9)
+        ref_v, ref_i = merge_topk.best_tiles(maxima, k, tile_second, 256)
+        monkeypatch.setattr(merge_topk, "SELECT_MIN_K", 1)
+        got_v, got_i = merge_topk.best_tiles(maxima, k, tile_second, 256)
+        assert torch.equal(got_v.isnan(), ref_v.isnan())
+        assert torch.equal(got_v.nan_to_num(), ref_v.nan_to_num())
+        assert torch.equal(got_i, ref_i)
+
+
+@pytest.mark.parametrize("n, k", [(8192, 32), (8192 + 5, 8), (1000, 64), (64, 256), (100, 1)])
+def test_merge_runs_matches_merge_topk(n, k):
+    """The rescan's candidates merged as k ordered runs (merge_runs.py) give merge_topk's
+    bits; a NaN row: NaN values and distinct real ids of its candidates."""
+    from megatron_overlay.ops.kernels.merge_runs import merge_runs
+    from megatron_overlay.ops.kernels.merge_topk import merge_topk
+    from tests.support.candidate_runs import candidate_runs
+
+    vocab = 151936
+    cand_v, cand_i, nan_rows = candidate_runs(n, k, vocab,
+                                              torch.Generator(device="cuda").manual_seed(k))
+    out = (torch.empty(n, k, device="cuda"),
+           torch.empty(n, k, dtype=torch.int64, device="cuda"))
+    merge_runs(cand_v, cand_i, vocab, k, out)
+    ref_v, ref_i = merge_topk(cand_v[None], cand_i[None], vocab, k)
+    ok = ~nan_rows
+    assert torch.equal(out[0][ok], ref_v[ok]) and torch.equal(out[1][ok], ref_i[ok])
+    assert out[0][nan_rows].isnan().all()
+    picked = out[1][nan_rows]
+    real = picked != torch.iinfo(torch.int64).max
+    # as many real ids as the row has candidates, up to k, first; PAD_ID after them
+    have = (cand_i[nan_rows] < vocab).sum(dim=1).clamp(max=k)
+    assert torch.equal(real.sum(dim=1), have) and torch.equal(real, real.sort(
+        dim=1, descending=True, stable=True).values)
+    assert (picked[real] < vocab).all()
+    distinct = torch.where(real, picked, -1 - torch.arange(k, device="cuda"))
+    if k > 1:
+        assert (distinct.sort(dim=1).values.diff(dim=1) != 0).all()

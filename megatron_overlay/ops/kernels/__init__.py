@@ -5,6 +5,7 @@
     topk_rescan.py        top-k, second stage: those tiles recomputed, the exact k kept
     tile_sort.py          the rescan's (row, tile) pairs ordered by tile (counting sort)
     merge_topk.py         candidate lists (splits', tiles' maxima) -> each row's ordered best k
+    merge_runs.py         the rescan's candidates (k ordered runs a row) -> its top k
     merge_splits.py       the forward stages' per-split statistics -> per-token ones
     finalize_stats.py     statistics -> lse, entropy, log-probs and the label check's record
     check_ids.py          given ids checked and sharded, with their record

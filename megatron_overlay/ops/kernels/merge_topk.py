@@ -28,6 +28,14 @@ from .launch import cdiv, launch, next_power_of_2
 
 # Candidates a program holds: rows per program = this // the candidates a row has (>= 1).
 MERGE_TOPK_ELEMENTS = 4096
+# best_tiles picks by selection (select_tiles_kernel) from this k. Compiled for sm_90a
+# (docs/h200/pass10_cpu, 594 tiles a row): a row's selection ~6800 warp instructions
+# whatever k (its 31 counts ~4000, the places' scan ~1200), k extractions ~430 each (6900
+# at k = 16, 13800 at k = 32). Not yet timed on a GPU.
+SELECT_MIN_K = 24
+SELECT_ROWS = 8  # a tile's 8 maxima are one 32-byte sector
+SELECT_ELEMENTS = 8192  # fewer rows a program past 1024 tiles (32 keys a thread)
+SELECT_WARPS = 8
 
 
 @triton.jit
@@ -86,16 +94,85 @@ def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, W, K, 
         else:
             tl.store(out_i_ptr + out + i, tl.where(key_id < V, key_id, PAD), mask=rows < N)
         keys = tl.where(keys == best[:, None], none, keys)
-    if CODES:  # a tile whose second maximum lies below thr holds one logit >= thr: its max
-        tile = chosen < V
-        live = (rows < N)[:, None] & (slots < K)[None, :]
-        info = tl.load(part_i_ptr + chosen * stride_w + rows[:, None].to(tl.int64) * stride_r,
-                       mask=live & tile, other=0x7F800000)  # +inf: no verdict
-        second = (info & -65536).to(tl.float32, bitcast=True)
-        code = tl.where(second < thr[:, None], V + 1 + chosen * block_v + (info & 0xFFFF),
-                        chosen)
-        tl.store(out_i_ptr + out[:, None] + slots[None, :], tl.where(tile, code, PAD),
-                 mask=live)
+    if CODES:
+        _store_codes(part_i_ptr, out_i_ptr, chosen, thr, rows, out, N, V, K, stride_r,
+                     stride_w, block_v, KP, PAD)
+
+
+@triton.jit
+def _store_codes(second_ptr, out_i_ptr, chosen, thr, rows, out, N, num_t, K, stride_r,
+                 stride_t, block_v, KP: tl.constexpr, PAD: tl.constexpr):
+    """best_tiles' rescan codes of the rows' ``chosen`` tiles [BLOCK_R, KP] (>= num_t:
+    none): a tile whose second maximum lies below ``thr`` (the row's k-th largest maximum)
+    holds one logit >= thr, its maximum, whose id is then known: num_t + 1 + that id;
+    any other tile: its index."""
+    slots = tl.arange(0, KP)
+    tile = chosen < num_t
+    live = (rows < N)[:, None] & (slots < K)[None, :]
+    info = tl.load(second_ptr + chosen * stride_t + rows[:, None].to(tl.int64) * stride_r,
+                   mask=live & tile, other=0x7F800000)  # +inf: no verdict
+    second = (info & -65536).to(tl.float32, bitcast=True)
+    code = tl.where(second < thr[:, None], num_t + 1 + chosen * block_v + (info & 0xFFFF),
+                    chosen)
+    tl.store(out_i_ptr + out[:, None] + slots[None, :], tl.where(tile, code, PAD), mask=live)
+
+
+@triton.jit
+def select_tiles_kernel(tile_max_ptr, second_ptr, out_v_ptr, out_i_ptr, N, num_t, K, block_v,
+                        BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, KP: tl.constexpr,
+                        PAD: tl.constexpr, CODES: tl.constexpr):
+    """best_tiles by selection (``tile_max`` [num_t, N], WIDTH >= num_t, K): the k-th
+    largest key of each row found bit by bit (31 counts of the row's keys at or above a
+    candidate; ties at it to the lower tiles), the k chosen tiles' keys written to
+    ``out_i`` in tile order, then read back and sorted (k wide) into the contract's order;
+    the outputs are merge_topk_kernel's (the same keys), in about a quarter of its work a
+    row at k = 32 (k extractions over the row)."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    keep = rows < N
+    t = tl.arange(0, WIDTH)
+    live = keep[:, None] & (t < num_t)[None, :]
+    values = tl.load(tile_max_ptr + t[None, :].to(tl.int64) * N + rows[:, None], mask=live,
+                     other=float("-inf"))
+    nan_row = tl.max((values != values).to(tl.int32), axis=1) > 0
+    lowest = -2147483647 - 1
+    k32 = tl.where(live, _key32(values), lowest)  # real keys (even -inf's) lie above
+    # the largest thr with at least K keys >= thr: its sign, then its bits high to low
+    count = tl.sum((k32 >= 0).to(tl.int32), axis=1)
+    thr = tl.where(count >= K, 0, lowest)
+    for b in range(31):
+        trial = thr | (1 << (30 - b))
+        count = tl.sum((k32 >= trial[:, None]).to(tl.int32), axis=1)
+        thr = tl.where(count >= K, trial, thr)
+    chosen = k32 >= thr[:, None]  # K of them, but where keys tie at thr
+    excess = tl.where(keep, tl.sum(chosen.to(tl.int32), axis=1) - K, 0)
+    if tl.max(excess, axis=0) > 0:  # of the tied keys, the lower tiles' (a scan: rare)
+        above = k32 > thr[:, None]
+        tied = k32 == thr[:, None]
+        room = K - tl.sum(above.to(tl.int32), axis=1)
+        chosen = above | (tied & (tl.cumsum(tied.to(tl.int32), axis=1) <= room[:, None]))
+    place = tl.cumsum(chosen.to(tl.int32), axis=1) - 1  # K places, in tile order
+    none = -9223372036854775807 - 1
+    keys = tl.where(live, (k32.to(tl.int64) << 32) | (0xFFFFFFFF - t[None, :].to(tl.int64)),
+                    none)
+    out = rows.to(tl.int64) * K
+    tl.store(out_i_ptr + out[:, None] + place, keys, mask=chosen & keep[:, None])
+    tl.debug_barrier()  # the other threads' stores, read back
+    slots = tl.arange(0, KP)
+    live = keep[:, None] & (slots < K)[None, :]
+    keys = tl.load(out_i_ptr + out[:, None] + slots[None, :], mask=live, other=none)
+    tl.debug_barrier()  # every read done before the places are written again
+    keys = tl.sort(keys, dim=1, descending=True)
+    tile = 0xFFFFFFFF - (keys & 0xFFFFFFFF)  # none: 2^32 - 1, past every tile
+    value = tl.where(keys == none, float("-inf"), _value((keys >> 32).to(tl.int32)))
+    value = tl.where(nan_row[:, None], float("nan"), value)
+    tl.store(out_v_ptr + out[:, None] + slots[None, :], value, mask=live)
+    if CODES:
+        kth = tl.sum(tl.where(slots[None, :] == K - 1, value, 0.0), axis=1)
+        _store_codes(second_ptr, out_i_ptr, tile, kth, rows, out, N, num_t, K, 1, N, block_v,
+                     KP, PAD)
+    else:
+        tl.store(out_i_ptr + out[:, None] + slots[None, :],
+                 tl.where(tile < num_t, tile, PAD), mask=live)
 
 
 def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides, out,
@@ -139,6 +216,16 @@ def best_tiles(tile_max: torch.Tensor, k: int, tile_second: torch.Tensor | None 
     and its code is tiles + 1 + that id; any other tile's code is its index, which
     topk_rescan.py recomputes."""
     num_t, n_rows = tile_max.shape
+    if k >= SELECT_MIN_K:
+        values = torch.empty(n_rows, k, dtype=torch.float32, device=tile_max.device)
+        ids = torch.empty(n_rows, k, dtype=torch.int64, device=tile_max.device)
+        width = next_power_of_2(max(num_t, k))
+        rows = max(1, min(SELECT_ROWS, SELECT_ELEMENTS // width))
+        launch(select_tiles_kernel, (cdiv(n_rows, rows),), tile_max,
+               tile_max if tile_second is None else tile_second, values, ids, n_rows, num_t, k,
+               block_v, BLOCK_R=rows, WIDTH=width, KP=next_power_of_2(k), PAD=PAD_ID,
+               CODES=tile_second is not None, num_warps=SELECT_WARPS)
+        return values, ids
     # up to 8 rows a program: a tile's 8 maxima are one 32-byte sector
     return _launch_merge(tile_max, tile_second, n_rows, num_t, num_t, 1, k, (0, 1, n_rows),
                          None, max(MERGE_TOPK_ELEMENTS, min(8 * next_power_of_2(num_t), 8192)),

@@ -16,7 +16,8 @@ contribute: the row's j-th best tile (0-based) has j better tiles ahead of it, e
 holding a z that ranks above all of its own (a larger one, or an equal one with a lower
 id), so k - j at most.
 Pair j's slots are at j k - j (j - 1) / 2 of the row's k (k + 1) / 2 candidates; unused
-slots hold (-inf, V). merge_topk orders them into the row's top k.
+slots hold (-inf, V): k runs, each in the contract's order, which merge_runs.py merges
+into the row's top k.
 
 A pair whose tile is known to hold one z >= thr (its second maximum below thr: a code
 past the tiles, merge_topk.best_tiles) is not recomputed: it sorts with the unfilled
@@ -38,7 +39,7 @@ import triton.language as tl
 from ._tiles import load_tile, mixed_dot, round_logits
 from .launch import (cdiv, dot_precision, interpreting, inv_t_args, launch, next_power_of_2,
                      tile_source, upcast_dot)
-from .merge_topk import merge_topk
+from .merge_runs import merge_runs
 from .tile_sort import sort_tiles
 
 # Pairs a program: the MMA's rows. Fixed, whatever N: the values must not depend on the
@@ -218,8 +219,8 @@ def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma
     num_t = cdiv(vocab, cfg.block_v)
     rows = RESCAN_ROWS_INTERPRETED if interpreting() else RESCAN_ROWS
     _tiles, pairs, runs = sort_tiles(tile_i, num_t, rows)
-    cand_v = torch.empty(1, n_rows, width, dtype=torch.float32, device=dev)
-    cand_i = torch.empty(1, n_rows, width, dtype=torch.int32, device=dev)
+    cand_v = torch.empty(n_rows, width, dtype=torch.float32, device=dev)
+    cand_i = torch.empty(n_rows, width, dtype=torch.int32, device=dev)
     w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], tma)
     inv_t_rows, inv_t = inv_t_args(inv_temperature)
     # segments: at most one a tile (the unfilled slots' bin num_t among them) more than
@@ -233,4 +234,4 @@ def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma
         UPCAST_DOT=upcast_dot(mma), ROW_INV_T=inv_t_rows is not None,
         LOGITS_DTYPE=rounding, LO=lo, OPAQUE_COLUMNS=not interpreting(),
         num_warps=RESCAN_WARPS, num_stages=min(RESCAN_STAGES, cfg.num_stages))
-    merge_topk(cand_v, cand_i, vocab, k, out)
+    merge_runs(cand_v, cand_i, vocab, k, out)

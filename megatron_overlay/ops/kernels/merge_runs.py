@@ -1,0 +1,89 @@
+"""Merge each row's k ordered runs of the rescan's candidates into its top k: a k-way merge.
+
+topk_rescan.py leaves each row k (k + 1) / 2 candidates in k runs: run j (the row's j-th
+best tile) holds at most k - j of them at j k - j (j - 1) / 2, taken largest first, ties
+to the lower column, then unfilled slots (-inf, V). Each run is thus already in the
+contract's order (descending value, ties to the lower id; merge_topk.py's int64 keys
+descend along it), so the row's top k are k steps of a merge of the runs' heads: take
+the largest of the k heads, then load that run's next candidate in its place.
+
+merge_topk.py orders the same candidates by k extractions over the whole row (1024-wide
+int64 rows at k = 32: k x 1024 keys a row); here a step is one k-wide maximum and one
+load a row, k x k keys a row, and the outputs are the same bits (keys, their order and
+their decoding are merge_topk's): the interpreter test ``mergeruns`` holds the two to it.
+A row whose values are NaN (an invalid temperature: topk_rescan.py ranks its logits by
+themselves and stores NaN) is merged on keys that read NaN as -inf, so on ids alone: its
+runs are not sorted by those keys, and its k ids are k distinct real candidates
+(a run's real candidates come before its unfilled slots), NaN values, as merge_topk's;
+which ids the contract leaves open.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from ..topk_merge import PAD_ID
+from .launch import cdiv, launch, next_power_of_2
+from .merge_topk import _key32, _value
+
+# Heads a program holds (int64 keys, 8 a thread at 4 warps): rows a program = this // the
+# runs a row (a power of 2 >= k), so 32 rows at k = 32 and 256 programs at 8192 tokens;
+# each step of a row waits on one load, which the other programs' steps hide.
+MERGE_RUNS_KEYS = 1024
+
+
+@triton.jit
+def _run_key(cand_v_ptr, cand_i_ptr, src, slot, ok, V):
+    """The candidates' int64 keys (merge_topk.py's): of unfilled slots (ids >= V) by their
+    ``slot`` in the row, so that all keys differ; where not ``ok``, below every key."""
+    value = tl.load(cand_v_ptr + src, mask=ok, other=float("-inf"))
+    ids = tl.load(cand_i_ptr + src, mask=ok, other=0)
+    ids = tl.where(ids < V, ids, V + slot)
+    keys = (_key32(value).to(tl.int64) << 32) | (0xFFFFFFFF - ids.to(tl.int64))
+    return tl.where(ok, keys, -9223372036854775807 - 1), value
+
+
+@triton.jit
+def merge_runs_kernel(cand_v_ptr, cand_i_ptr, out_v_ptr, out_i_ptr, N, V, K,
+                      BLOCK_R: tl.constexpr, KP: tl.constexpr, PAD: tl.constexpr):
+    """cand [N, K (K + 1) / 2] fp32 values, int32 ids in runs (above) -> out [N, K] fp32
+    values, int64 ids (PAD for an unfilled place)."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    keep = rows < N
+    run = tl.arange(0, KP)
+    start = run * K - run * (run - 1) // 2  # run j's first slot
+    end = start + K - run                   # past its last
+    row_base = rows.to(tl.int64) * (K * (K + 1) // 2)
+    at = start[None, :] + tl.zeros([BLOCK_R, KP], tl.int32)  # each run's head: its slot
+    ok = keep[:, None] & (run < K)[None, :]
+    keys, heads = _run_key(cand_v_ptr, cand_i_ptr, row_base[:, None] + at, at, ok, V)
+    nan_row = tl.max((heads != heads).to(tl.int32), axis=1) > 0  # run 0's head is real
+    none = -9223372036854775807 - 1
+    out = rows.to(tl.int64) * K
+    for i in range(K):
+        best = tl.max(keys, axis=1)
+        key_id = 0xFFFFFFFF - (best & 0xFFFFFFFF)
+        value = _value((best >> 32).to(tl.int32))
+        value = tl.where(best == none, float("-inf"), value)  # past the row's candidates
+        value = tl.where(nan_row, float("nan"), value)
+        tl.store(out_v_ptr + out + i, value, mask=keep)
+        tl.store(out_i_ptr + out + i, tl.where(key_id < V, key_id, PAD), mask=keep)
+        # the chosen run's next candidate takes its head's place (keys differ: one head)
+        chosen = (keys == best[:, None]) & (best != none)[:, None]
+        at = tl.where(chosen, at + 1, at)
+        slot = tl.sum(tl.where(chosen, at, 0), axis=1)
+        more = tl.sum(tl.where(chosen & (at < end[None, :]), 1, 0), axis=1) > 0
+        head, _ = _run_key(cand_v_ptr, cand_i_ptr, row_base + slot, slot, more, V)
+        keys = tl.where(chosen, head[:, None], keys)
+
+
+def merge_runs(cand_v: torch.Tensor, cand_i: torch.Tensor, vocab: int, k: int,
+               out: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """``out`` ([N, k] fp32 values, int64 ids, contiguous): each row's top k of its
+    rescan candidates ``cand_v`` / ``cand_i`` ([N, k (k + 1) / 2], in k ordered runs)."""
+    n_rows = cand_v.shape[0]
+    runs = next_power_of_2(k)
+    block_r = max(1, MERGE_RUNS_KEYS // runs)
+    launch(merge_runs_kernel, (cdiv(n_rows, block_r),),
+           cand_v, cand_i, out[0], out[1], n_rows, vocab, k, BLOCK_R=block_r, KP=runs,
+           PAD=PAD_ID, num_warps=4)
