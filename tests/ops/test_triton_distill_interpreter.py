@@ -470,6 +470,43 @@ def _worker() -> int:
                                             (got[1] - ref[1]).abs().max().item())
                     res["ids_equal"] &= torch.equal(got[2], ref[2])
                     res["ids_equal"] &= torch.equal(got[2][:2, :2], torch.tensor([[5, 9]] * 2))
+                # the packed second maxima themselves (pack_second) on dyadic logits with
+                # ties inside a tile (the maximum twice: it is the second too; equal
+                # columns past it), per-row temperatures: each the exact second largest z
+                # of its (row, tile) rounded up to bfloat16, and the leftmost argmax column
+                hidden, weight, _, inv_t = inputs(21, 16, 200, torch.float32, seed=8)
+                hidden = (hidden * 4).round() / 4
+                weight = (weight * 8).round() / 8
+                weight[7], weight[20], weight[70] = weight[3], weight[3], weight[65]
+                seen = {}
+
+                def spy(tile_max, k, tile_second=None, block_v=0):
+                    seen.update(maxima=tile_max.clone(), second=tile_second.clone(),
+                                block_v=block_v)
+                    return best_tiles_kernel(tile_max, k, tile_second, block_v)
+
+                best_tiles_kernel = topk_forward.best_tiles
+                topk_forward.best_tiles = spy
+                try:
+                    with second_max_from(2):
+                        triton_topk.topk_stats(hidden, weight, None, inv_t, True, 3)
+                finally:
+                    topk_forward.best_tiles = best_tiles_kernel
+                bv = seen["block_v"]
+                logits = hidden @ weight.t()
+                tiles = -(-logits.shape[1] // bv)
+                z = torch.full((logits.shape[0], tiles * bv), float("-inf"))
+                z[:, :logits.shape[1]] = logits
+                z = z.view(-1, tiles, bv) * inv_t[:, None, None]
+                top2, at = z.topk(2, dim=2)
+                first = (z == top2[..., :1]).int().argmax(dim=2)  # the leftmost maximum
+                bits = top2[..., 1].contiguous().view(torch.int32)
+                up = torch.where(bits >= 0, bits + 0xFFFF, bits) & -65536
+                packed = seen["second"].t()
+                res["ids_equal"] &= torch.equal(packed & 0xFFFF, first.int())
+                res["ids_equal"] &= torch.equal(packed & -65536, up)
+                res["values_err"] = max(res["values_err"], (seen["maxima"].t()
+                                                            - top2[..., 0]).abs().max().item())
                 report[case] = res
             elif kind == "invariant":  # batch invariance of the top-k kernel
                 hidden, weight, labels, _ = inputs(70, 16, 200, dtype, seed=12)

@@ -67,9 +67,11 @@ def pack_second(acc, acc_max, at, rank):
     Rounded up, "second < thr" (thr: a maximum times ``rank``) still proves that the tile
     holds one logit whose z is >= thr, its maximum (rounding is monotone: every other z
     is at most second); NaN reads as +inf (no proof)."""
-    ties = tl.sum((acc == acc_max[:, None]).to(tl.int32), axis=1)
-    below = tl.max(tl.where(acc < acc_max[:, None], acc, float("-inf")), axis=1)
-    second = tl.where(ties > 1, acc_max, below) * rank
+    # the tile without its argmax column: one compare, select and maximum a logit (a
+    # count of the ties and a maximum below acc_max took two reductions and ~420 more
+    # SASS instructions, at 255 registers: docs/h200/pass10_cpu)
+    cols = tl.arange(0, acc.shape[1])[None, :]
+    second = tl.max(tl.where(cols == at[:, None], float("-inf"), acc), axis=1) * rank
     second = tl.where((second != second) | (acc_max != acc_max), float("inf"), second)
     bits = second.to(tl.int32, bitcast=True)
     bits = tl.where(bits >= 0, bits + 0xFFFF, bits) & -65536  # toward +inf (sign: truncate)
