@@ -8,35 +8,14 @@ bf16 halves), of a package given by its sys.path entry and name, e.g.
 """
 import importlib
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, sys.argv[1])
 import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
+from sm90a import compile_sm90a  # noqa: E402
 
-BIN = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
 tf = importlib.import_module(f"{sys.argv[2]}.ops.kernels.topk_forward")
-
-
-def compile_sm90a(kernel, args, consts, num_warps, num_stages):
-    sig = {n: args.get(n, "constexpr") for n in kernel.arg_names}
-    src = ASTSource(kernel, sig, constexprs={(kernel.arg_names.index(n),): v
-                                             for n, v in consts.items()})
-    c = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options=dict(num_warps=num_warps, num_stages=num_stages))
-    d = tempfile.mkdtemp()
-    open(f"{d}/k.ptx", "w").write(c.asm["ptx"])
-    err = subprocess.run([f"{BIN}/ptxas", "-v", "--gpu-name", "sm_90a", f"{d}/k.ptx", "-o",
-                          f"{d}/k.cubin"], capture_output=True, text=True).stderr
-    sass = subprocess.run([f"{BIN}/cuobjdump", "-sass", f"{d}/k.cubin"], capture_output=True,
-                          text=True).stdout
-    n = len([ln for ln in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)])
-    return (f"registers {re.search(r'Used (\d+) registers', err).group(1)}, spill stores "
-            f"{re.search(r'(\d+) bytes spill stores', err).group(1)} bytes, SASS {n}")
 
 
 print("triton", triton.__version__, sys.argv[2])
@@ -57,4 +36,4 @@ for name, h_t, w_t, bm, bv, bk, prec, lo, tma, stages in forms:
                       WITH_ENTROPY=True, USE_TMA=tma, DOT_PRECISION=prec, UPCAST_DOT=False,
                       ROW_INV_T=row, LOGITS_DTYPE=None, LO=lo, HAS_LABELS=False)
         print(f"SECOND {name:28s} row_inv_t={row!s:5s}", compile_sm90a(
-            tf.topk_stats_kernel, args, consts, 8, stages))
+            tf.topk_stats_kernel, args, consts, 8, stages)[0])

@@ -24,7 +24,7 @@ import triton.language as tl
 
 from ..topk_merge import PAD_ID
 from .launch import cdiv, launch, next_power_of_2
-from .merge_topk import _key32, _value
+from .merge_topk import _decode, _key
 
 # Heads a program holds (int64 keys, 8 a thread at 4 warps): rows a program = this // the
 # runs a row (a power of 2 >= k), so 32 rows at k = 32 and 256 programs at 8192 tokens;
@@ -39,8 +39,7 @@ def _run_key(cand_v_ptr, cand_i_ptr, src, slot, ok, V):
     value = tl.load(cand_v_ptr + src, mask=ok, other=float("-inf"))
     ids = tl.load(cand_i_ptr + src, mask=ok, other=0)
     ids = tl.where(ids < V, ids, V + slot)
-    keys = (_key32(value).to(tl.int64) << 32) | (0xFFFFFFFF - ids.to(tl.int64))
-    return tl.where(ok, keys, -9223372036854775807 - 1), value
+    return tl.where(ok, _key(value, ids), -9223372036854775807 - 1), value
 
 
 @triton.jit
@@ -62,10 +61,7 @@ def merge_runs_kernel(cand_v_ptr, cand_i_ptr, out_v_ptr, out_i_ptr, N, V, K,
     out = rows.to(tl.int64) * K
     for i in range(K):
         best = tl.max(keys, axis=1)
-        key_id = 0xFFFFFFFF - (best & 0xFFFFFFFF)
-        value = _value((best >> 32).to(tl.int32))
-        value = tl.where(best == none, float("-inf"), value)  # past the row's candidates
-        value = tl.where(nan_row, float("nan"), value)
+        value, key_id = _decode(best, nan_row)
         tl.store(out_v_ptr + out + i, value, mask=keep)
         tl.store(out_i_ptr + out + i, tl.where(key_id < V, key_id, PAD), mask=keep)
         # the chosen run's next candidate takes its head's place (keys differ: one head)

@@ -47,9 +47,21 @@ def _key32(value):
 
 
 @triton.jit
-def _value(key32):
-    bits = key32 ^ ((key32 >> 31) & 0x7FFFFFFF)
-    return bits.to(tl.float32, bitcast=True)
+def _key(value, ids):
+    """The int64 keys of candidates (``ids`` < 2^32): descending keys are the contract's
+    order (value descending, -0.0 as +0.0, NaN as -inf; equal values to the lower id)."""
+    return (_key32(value).to(tl.int64) << 32) | (0xFFFFFFFF - ids.to(tl.int64))
+
+
+@triton.jit
+def _decode(keys, nan_row):
+    """(values, ids) of ``keys`` (``_key``): values NaN where ``nan_row`` (broadcast); the
+    key below every key (none: past a row's candidates) as -inf and id 2^32 - 1."""
+    bits = (keys >> 32).to(tl.int32)
+    bits = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    values = tl.where(keys == -9223372036854775807 - 1, float("-inf"),
+                      bits.to(tl.float32, bitcast=True))
+    return tl.where(nan_row, float("nan"), values), 0xFFFFFFFF - (keys & 0xFFFFFFFF)
 
 
 @triton.jit
@@ -74,7 +86,7 @@ def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, W, K, 
         ids = tl.load(part_i_ptr + src, mask=live, other=0)
     nan_row = tl.max((values != values).to(tl.int32), axis=1) > 0
     ids = tl.where(ids < V, ids, V + w[None, :])  # unfilled slots: distinct keys too
-    keys = (_key32(values).to(tl.int64) << 32) | (0xFFFFFFFF - ids.to(tl.int64))
+    keys = _key(values, ids)
     none = -9223372036854775807 - 1  # below every key
     keys = tl.where(live, keys, none)
     out = rows.to(tl.int64) * K
@@ -83,10 +95,7 @@ def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, W, K, 
     thr = tl.full([BLOCK_R], float("-inf"), tl.float32)  # the last value picked
     for i in range(K):
         best = tl.max(keys, axis=1)
-        key_id = 0xFFFFFFFF - (best & 0xFFFFFFFF)
-        value = _value((best >> 32).to(tl.int32))
-        value = tl.where(best == none, float("-inf"), value)  # past the row's candidates
-        value = tl.where(nan_row, float("nan"), value)
+        value, key_id = _decode(best, nan_row)
         tl.store(out_v_ptr + out + i, value, mask=rows < N)
         if CODES:
             chosen = tl.where(slots[None, :] == i, key_id[:, None], chosen)
@@ -152,8 +161,7 @@ def select_tiles_kernel(tile_max_ptr, second_ptr, out_v_ptr, out_i_ptr, N, num_t
         chosen = above | (tied & (tl.cumsum(tied.to(tl.int32), axis=1) <= room[:, None]))
     place = tl.cumsum(chosen.to(tl.int32), axis=1) - 1  # K places, in tile order
     none = -9223372036854775807 - 1
-    keys = tl.where(live, (k32.to(tl.int64) << 32) | (0xFFFFFFFF - t[None, :].to(tl.int64)),
-                    none)
+    keys = tl.where(live, _key(values, t[None, :]), none)
     out = rows.to(tl.int64) * K
     tl.store(out_i_ptr + out[:, None] + place, keys, mask=chosen & keep[:, None])
     tl.debug_barrier()  # the other threads' stores, read back
@@ -162,9 +170,7 @@ def select_tiles_kernel(tile_max_ptr, second_ptr, out_v_ptr, out_i_ptr, N, num_t
     keys = tl.load(out_i_ptr + out[:, None] + slots[None, :], mask=live, other=none)
     tl.debug_barrier()  # every read done before the places are written again
     keys = tl.sort(keys, dim=1, descending=True)
-    tile = 0xFFFFFFFF - (keys & 0xFFFFFFFF)  # none: 2^32 - 1, past every tile
-    value = tl.where(keys == none, float("-inf"), _value((keys >> 32).to(tl.int32)))
-    value = tl.where(nan_row[:, None], float("nan"), value)
+    value, tile = _decode(keys, nan_row[:, None])  # none: tile 2^32 - 1, past every tile
     tl.store(out_v_ptr + out[:, None] + slots[None, :], value, mask=live)
     if CODES:
         kth = tl.sum(tl.where(slots[None, :] == K - 1, value, 0.0), axis=1)
