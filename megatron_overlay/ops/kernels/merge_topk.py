@@ -134,8 +134,8 @@ def select_tiles_kernel(tile_max_ptr, second_ptr, out_v_ptr, out_i_ptr, N, num_t
     largest key of each row found bit by bit (31 counts of the row's keys at or above a
     candidate; ties at it to the lower tiles), the k chosen tiles' keys written to
     ``out_i`` in tile order, then read back and sorted (k wide) into the contract's order;
-    the outputs are merge_topk_kernel's (the same keys), in about a quarter of its work a
-    row at k = 32 (k extractions over the row)."""
+    the outputs are merge_topk_kernel's (the same keys), in about half its instructions a
+    row at k = 32 (SELECT_MIN_K)."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     keep = rows < N
     t = tl.arange(0, WIDTH)
