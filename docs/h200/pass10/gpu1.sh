@@ -4,6 +4,10 @@
 # run: the top-k's (z ranking, the merges), the recompute kernel's derived forms, batch
 # invariance, CUDA graphs, the launch cache.
 #   bash docs/h200/pass10/gpu1.sh OUT      (from the repo root; the device's $OUT)
+# The device has no megatron-core: its wheel travels with the call (carry
+# [".venv/wheelhouse"]), fetched beforehand on the CPU machine with
+#   pip download megatron-core==0.19.2 --no-deps --only-binary=:all: --python-version 3.12 \
+#     -d .venv/wheelhouse/upstream
 set -u
 OUT=$1; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
