@@ -25,6 +25,7 @@ token blocks and vocab chunks under a memory budget, this kernel, the sparse ter
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -158,12 +159,37 @@ def grad_logits_kernel(
 
 # ----------------------------------------------------------------------------- launch
 
-def _vocab_chunk(vocab: int, column_bytes: int, block_v: int, budget: int) -> int:
+# The backward may cut the vocab into up to this many chunks more than its budget needs,
+# where that fills the recompute kernel's waves: at 16384 tokens, V = 152064, H = 3584 the
+# budget's 8 chunks of 75 tiles (64 x 75 = 4800 tiles a launch: 36.4 waves of 132
+# programs) end each launch on a part-empty wave, 9 chunks of 66 (4224: 32 waves) on none.
+# A chunk is charged CHUNK_COST_WAVES waves of its own (its cuBLAS calls, the fp32
+# d_hidden accumulator read and written again): an estimate, not yet measured.
+MAX_EXTRA_CHUNKS = 2
+CHUNK_COST_WAVES = 1
+
+
+@functools.lru_cache(maxsize=256)  # a pure function of ints, asked once a backward call
+def _vocab_chunk(vocab: int, column_bytes: int, block_v: int, budget: int,
+                 tiles_m: int = 0, programs: int = 0) -> int:
     """Vocab columns per chunk: as wide as ``budget`` allows at ``column_bytes`` a column,
-    in equal chunks of whole tiles."""
-    chunks = max(1, math.ceil(vocab * column_bytes / budget))
-    width = cdiv(cdiv(vocab, chunks), block_v) * block_v
-    return min(width, cdiv(vocab, block_v) * block_v)
+    in equal chunks of whole tiles. ``programs`` (a wave's, 0: the budget's count) and
+    ``tiles_m`` (a token block's row tiles): of that chunk count and up to
+    MAX_EXTRA_CHUNKS more, the one whose launches take the fewest waves of tiles,
+    CHUNK_COST_WAVES counted for each chunk (ties: fewer chunks)."""
+    least = max(1, math.ceil(vocab * column_bytes / budget))
+
+    def width(chunks: int) -> int:
+        return min(cdiv(cdiv(vocab, chunks), block_v) * block_v, cdiv(vocab, block_v) * block_v)
+
+    def cost(chunks: int) -> int:
+        w = width(chunks)
+        return sum(cdiv(tiles_m * cdiv(min(w, vocab - v0), block_v), programs)
+                   + CHUNK_COST_WAVES for v0 in range(0, vocab, w))
+
+    if not programs:
+        return width(least)
+    return width(min(range(least, least + MAX_EXTRA_CHUNKS + 1), key=lambda c: (cost(c), c)))
 
 
 def _parts(hi: torch.Tensor, lo: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -269,7 +295,11 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     # accumulator's copy gives, without the accumulator and the copy's launch.
     dh_direct = bool(autotune_configs.BACKWARD_DIRECT_D_HIDDEN) and accumulator(False) \
         and not split_w and vocab * column_bytes <= chunk_budget_for(True)
-    width_max = _vocab_chunk(vocab, column_bytes, cfg.block_v, chunk_budget_for(dh_direct))
+    # a direct d_hidden is one chunk's product (no accumulator): never cut further. The
+    # waves: of one program a multiprocessor, persistent or not (a tile's registers and
+    # shared memory take one), so every form of a config gets the same chunks
+    width_max = _vocab_chunk(vocab, column_bytes, cfg.block_v, chunk_budget_for(dh_direct),
+                             cdiv(block_rows, cfg.block_m), 0 if dh_direct else sm_count(dev))
     row_pitch = cdiv(width_max, 16 // elem) * (16 // elem)  # 16-byte aligned rows
     grad_buf = torch.empty(block_rows, row_pitch, dtype=mma, device=dev)
     dh_acc = torch.empty(block_rows, hidden_size, dtype=torch.float32, device=dev) \
