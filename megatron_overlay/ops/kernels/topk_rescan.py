@@ -200,6 +200,10 @@ def rescan_topk(h_parts, w_parts, tile_v: torch.Tensor, tile_i: torch.Tensor,
     values = torch.empty(n_rows, k, dtype=torch.float32, device=dev)
     ids = torch.empty(n_rows, k, dtype=torch.int64, device=dev)
     block = rescan_block_rows(k, alive_bytes)
+    if n_rows <= block:  # one launch: no row slices (each view costs host time)
+        _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma, rounding,
+                (values, ids))
+        return values, ids
     per_row_t = isinstance(inv_temperature, torch.Tensor)
     for r0 in range(0, n_rows, block):
         rows = slice(r0, r0 + block)
