@@ -17,6 +17,10 @@ of the row is NaN) is keyed as -inf and written back as NaN, as order_candidates
 The kernel's unfilled slots (ids >= the shard's vocab, value -inf; the same placeholder
 id in several splits) are keyed by their place instead, and come out as (-inf, PAD_ID), as
 do the places past a row's candidates where k exceeds them.
+
+From k = SELECT_MIN_K, best_tiles selects instead (``select_tiles_kernel``): the same keys,
+the k-th largest found bit by bit, whose cost does not grow with k. The rescan's
+candidates are merged by merge_runs.py (they come in ordered runs).
 """
 
 import torch
