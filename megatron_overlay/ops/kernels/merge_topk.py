@@ -1,9 +1,8 @@
 """Merge per-split candidate lists [S, N, W] into each row's ordered best k [N, k] (k <= S W).
 
-The top-k forward merges twice: each row's vocab tiles by their maxima (``best_tiles``:
-the forward kernel's [tiles, N] maxima, a candidate a tile, its id the tile's index) and
-the rescan's candidates ([1, N, k (k + 1) / 2], topk_rescan.py); k = 1 merges its splits'
-argmaxima ([S, N, 1]).
+The top-k forward merges each row's vocab tiles by their maxima here (``best_tiles``: the
+forward kernel's [tiles, N] maxima, a candidate a tile, its id the tile's index), and k =
+1 its splits' argmaxima ([S, N, 1]); the rescan's candidates go to merge_runs.py.
 
 One launch in place of topk_merge.order_candidates' sorts (about twenty small launches of
 host work a call). Each candidate becomes one int64 key that orders as the contract does:
@@ -19,8 +18,7 @@ id in several splits) are keyed by their place instead, and come out as (-inf, P
 do the places past a row's candidates where k exceeds them.
 
 From k = SELECT_MIN_K, best_tiles selects instead (``select_tiles_kernel``): the same keys,
-the k-th largest found bit by bit, whose cost does not grow with k. The rescan's
-candidates are merged by merge_runs.py (they come in ordered runs).
+the k-th largest found bit by bit, whose cost does not grow with k.
 """
 
 import torch
