@@ -67,9 +67,9 @@ def merge_runs_kernel(cand_v_ptr, cand_i_ptr, out_v_ptr, out_i_ptr, N, V, K,
         # the chosen run's next candidate takes its head's place (keys differ: one head)
         chosen = (keys == best[:, None]) & (best != none)[:, None]
         at = tl.where(chosen, at + 1, at)
-        slot = tl.sum(tl.where(chosen, at, 0), axis=1)
-        more = tl.sum(tl.where(chosen & (at < end[None, :]), 1, 0), axis=1) > 0
-        head, _ = _run_key(cand_v_ptr, cand_i_ptr, row_base + slot, slot, more, V)
+        # its next slot, where the run has one (a next slot is never slot 0: 0 is none)
+        slot = tl.sum(tl.where(chosen & (at < end[None, :]), at, 0), axis=1)
+        head, _ = _run_key(cand_v_ptr, cand_i_ptr, row_base + slot, slot, slot > 0, V)
         keys = tl.where(chosen, head[:, None], keys)
 
 
