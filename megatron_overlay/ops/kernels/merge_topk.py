@@ -35,9 +35,13 @@ MERGE_TOPK_ELEMENTS = 4096
 # whatever k (its 31 counts ~4000, the places' scan ~1200), k extractions ~430 each (6900
 # at k = 16, 13800 at k = 32). Not yet timed on a GPU.
 SELECT_MIN_K = 24
-SELECT_ROWS = 8  # a tile's 8 maxima are one 32-byte sector
-SELECT_ELEMENTS = 8192  # fewer rows a program past 1024 tiles (32 keys a thread)
-SELECT_WARPS = 8
+# Rows a program and warps: 2 rows of 1024 tiles at 2 warps (~32 keys a thread; wider
+# rows: one row, up to 8 warps). Timed on one H200 (8192 rows, 594 tiles, k = 32:
+# docs/h200/pass10/r4): 0.105 ms against 0.186 at 8 rows and 8 warps, 0.11-0.15 for
+# 1-16 rows at 2-8 warps; each program's 31 counts are reductions across its warps.
+SELECT_ROWS = 2
+SELECT_ELEMENTS = 2048
+SELECT_WARPS = 2  # at least; 32 keys a thread up to 8
 
 
 @triton.jit
@@ -229,10 +233,11 @@ def best_tiles(tile_max: torch.Tensor, k: int, tile_second: torch.Tensor | None 
         ids = torch.empty(n_rows, k, dtype=torch.int64, device=tile_max.device)
         width = next_power_of_2(max(num_t, k))
         rows = max(1, min(SELECT_ROWS, SELECT_ELEMENTS // width))
+        warps = max(SELECT_WARPS, min(8, rows * width // 1024))
         launch(select_tiles_kernel, (cdiv(n_rows, rows),), tile_max,
                tile_max if tile_second is None else tile_second, values, ids, n_rows, num_t, k,
                block_v, BLOCK_R=rows, WIDTH=width, KP=next_power_of_2(k), PAD=PAD_ID,
-               CODES=tile_second is not None, num_warps=SELECT_WARPS)
+               CODES=tile_second is not None, num_warps=warps)
         return values, ids
     # up to 8 rows a program: a tile's 8 maxima are one 32-byte sector
     return _launch_merge(tile_max, tile_second, n_rows, num_t, num_t, 1, k, (0, 1, n_rows),
