@@ -30,10 +30,11 @@ from .launch import cdiv, launch, next_power_of_2
 
 # Candidates a program holds: rows per program = this // the candidates a row has (>= 1).
 MERGE_TOPK_ELEMENTS = 4096
-# best_tiles picks by selection (select_tiles_kernel) from this k. Compiled for sm_90a
-# (docs/h200/pass10_cpu, 594 tiles a row): a row's selection ~6800 warp instructions
-# whatever k (its 31 counts ~4000, the places' scan ~1200), k extractions ~430 each (6900
-# at k = 16, 13800 at k = 32). Not yet timed on a GPU.
+# best_tiles picks by selection (select_tiles_kernel) from this k, chosen by compiled
+# instruction counts (docs/h200/pass10_cpu, 594 tiles a row, 8 rows and 8 warps a
+# program): a row's selection ~6800 warp instructions whatever k, k extractions ~430 each
+# (6900 at k = 16, 13800 at k = 32). Timed on one H200 at k = 32 and 64 only
+# (docs/h200/pass10/r1, r4); k between 16 and 32 not timed.
 SELECT_MIN_K = 24
 # Rows a program and warps: 2 rows of 1024 tiles at 2 warps (~32 keys a thread; wider
 # rows: one row, up to 8 warps). Timed on one H200 (8192 rows, 594 tiles, k = 32:
