@@ -69,8 +69,10 @@ class LinearLogprobsAt(torch.autograd.Function):
         if tp:
             stats = gather_stats(stats, tp_group)
             dist.all_reduce(z_at, group=tp_group)  # each id lives in exactly one shard
-        lse, mean_z, entropy = impl.finalize(stats, None, 0, 0, params.return_entropy)[:3]
-        log_probs = z_at.sub_(lse[:, None]).masked_fill_(bad_rows[:, None], float("nan"))
+        # z at the ids become log-probs in finalize's launch (z - lse, NaN in bad rows)
+        lse, mean_z, entropy = impl.finalize(stats, None, 0, 0, params.return_entropy,
+                                             values=z_at, nan_rows=bad_rows)[:3]
+        log_probs = z_at
         ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None
         ctx.logits_dtype = params.logits_dtype
         if any(ctx.needs_input_grad[:2]):  # forward-only calls keep nothing alive

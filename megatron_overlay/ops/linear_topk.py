@@ -77,13 +77,14 @@ class LinearTopkLogprobs(torch.autograd.Function):
             values, ids = _merge_shards(values, ids, k, tp_group)
         # as linear_logprob_entropy: out-of-range labels give NaN log-probs; on CUDA the
         # host raises later, without a sync (ops/label_check.py)
+        # the top-k's z become log-probs in finalize's launch (z - lse, in place)
         lse, mean_z, entropy, log_probs, valid, bad, record = impl.finalize(
             gather_stats(stats, tp_group) if tp else stats, labels, vocab,
             params.ignore_index, params.return_entropy,
-            record_alloc=label_check.host_record if hidden.is_cuda else None)
+            record_alloc=label_check.host_record if hidden.is_cuda else None, values=values)
         if labels is not None and hidden.is_cuda:
             label_check.defer_record(record, labels, vocab, params.ignore_index)
-        topk_log_probs = values.sub_(lse[:, None])
+        topk_log_probs = values
         ctx.mark_non_differentiable(ids)
         ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None
         ctx.has_labels, ctx.logits_dtype = labels is not None, params.logits_dtype

@@ -66,7 +66,8 @@ class LogprobStages(Protocol):
 
     def finalize(self, stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
                  ignore_index: int, with_entropy: bool, *,
-                 record_alloc: RecordAlloc | None = None) -> tuple:
+                 record_alloc: RecordAlloc | None = None, values: torch.Tensor | None = None,
+                 nan_rows: torch.Tensor | None = None) -> tuple:
         """The per-token outputs of [S, N, 4] statistics of S vocab shards in rank order
         (S = 1 without TP, or the parts of ``forward_stats(merged=False)``; folded as
         forward_stats merges its splits, in order):
@@ -76,7 +77,11 @@ class LogprobStages(Protocol):
         ``with_entropy``. ``labels`` [N] global ids (None: the last four are None):
         valid = label != ignore_index, bad = valid and outside [0, vocab_size); log_probs
         z[label] - lse, 0 where not valid, NaN where bad; the entropy 0 where not valid.
-        ``record_alloc``: where the record goes (see RecordAlloc)."""
+        ``record_alloc``: where the record goes (see RecordAlloc). ``values`` [N, k] fp32,
+        z at k ids a row (the top-k's, or given ids'): made log-probs in place, z - lse,
+        NaN in the rows where ``nan_rows`` [N] bool (optional) is True; the ops' one
+        launch for every per-token output on GPU, where a subtraction and a fill were two
+        more."""
         ...
 
     def backward(self, hidden: torch.Tensor, weight: torch.Tensor,

@@ -85,9 +85,10 @@ def forward_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torc
 
 
 def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
-             ignore_index: int, with_entropy: bool, *, record_alloc=None):
+             ignore_index: int, with_entropy: bool, *, record_alloc=None, values=None,
+             nan_rows=None):
     """(lse, mean_z, entropy, log_probs, valid, bad, record) from [S, N, 4] shards'
-    statistics in rank order; see ops/stages.py."""
+    statistics in rank order, and ``values`` made log-probs in place; see ops/stages.py."""
     shard_max, sum_exp, sum_exp_shifted, z_label = stats.unbind(2)  # each [S, N]
     row_max = shard_max.max(dim=0).values
     if stats.shape[0] > 1:
@@ -116,7 +117,17 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
         if with_entropy:
             entropy = torch.where(valid, entropy, 0.0)
         rec = _record_into(label_check.record(bad, labels), record_alloc)
+    log_probs_at(values, lse, nan_rows)
     return lse, mean_z, entropy, log_probs, valid, bad, rec
+
+
+def log_probs_at(values: torch.Tensor | None, lse: torch.Tensor,
+                 nan_rows: torch.Tensor | None) -> None:
+    """finalize's ``values`` (z at k ids a row) -> their log-probs, in place."""
+    if values is not None:
+        values.sub_(lse[:, None])
+        if nan_rows is not None:
+            values.masked_fill_(nan_rows[:, None], float("nan"))
 
 
 def _record_into(rec: torch.Tensor, record_alloc) -> torch.Tensor:

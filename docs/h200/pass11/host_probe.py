@@ -70,8 +70,11 @@ for m in KERNEL_MODULES:
     if hasattr(mod, "tile_source"):
         timed(mod, "tile_source", "tile_source (TMA descriptor)")
 timed(launch_mod, "_specialization", "launch._specialization")
-for name in ("empty", "where", "mm", "zeros"):
+for name in ("empty", "where", "mm", "addmm", "zeros"):
     timed(torch, name, f"torch.{name}")
+_backward = importlib.import_module("megatron_overlay.ops.kernels.logprob_backward")
+timed(_backward, "matmul_fp32", "logprob_backward.matmul_fp32")
+timed(_backward, "_vocab_chunk", "logprob_backward._vocab_chunk")
 timed(torch.cuda.Event, "record", "Event.record")
 timed(torch.cuda.Event, "query", "Event.query")
 

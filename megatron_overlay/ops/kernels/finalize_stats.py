@@ -11,7 +11,9 @@ stage has merged its vocab splits already). One program owns BLOCK token rows an
    [0, vocab_size); log p[label] = z[label] - lse, 0 where not valid, NaN where bad (and
    H = 0 where not valid); one row of the label check's record per program (count,
    smallest and largest bad id, first bad row; ops/label_check.py reduces the rows on the
-   host when it reads them).
+   host when it reads them);
+4. with ``values`` (z at k ids a row: the top-k's, or given ids'): each z - lse, in
+   place, NaN in the rows ``nan_rows`` marks.
 
 What used to be two dozen element-wise torch launches and a merge (each costing the host
 ~10-25 us to enqueue on an H200 host, docs/BENCHMARKS.md) is one Triton launch.
@@ -24,16 +26,21 @@ import triton
 import triton.language as tl
 
 from ._record import I64_MAX, record_buffer, store_record
-from .launch import cdiv, launch
+from .launch import cdiv, launch, next_power_of_2
 from .merge_splits import fold_parts
 
 FINALIZE_BLOCK = 256  # token rows per program
+VALUES_BLOCK = 16     # columns of ``values`` a step (FINALIZE_BLOCK x 16 fp32 in registers)
 
 
 @triton.jit
 def finalize_kernel(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr, valid_ptr,
-                    bad_ptr, rec_ptr, N, num_shards, vocab_size, ignore_index,
-                    HAS_LABELS: tl.constexpr, WITH_ENTROPY: tl.constexpr, BLOCK: tl.constexpr):
+                    bad_ptr, rec_ptr, values_ptr, nan_rows_ptr, N, num_shards, vocab_size,
+                    ignore_index, K, HAS_LABELS: tl.constexpr, WITH_ENTROPY: tl.constexpr,
+                    HAS_VALUES: tl.constexpr, HAS_NAN_ROWS: tl.constexpr,
+                    BLOCK: tl.constexpr, KBLOCK: tl.constexpr):
+    """``values_ptr`` [N, K] fp32 contiguous (``HAS_VALUES``), ``nan_rows_ptr`` [N] int8
+    (``HAS_NAN_ROWS``); unused pointers may be any tensor's."""
     pid = tl.program_id(0)
     rows = pid * BLOCK + tl.arange(0, BLOCK)
     keep = rows < N
@@ -61,14 +68,27 @@ def finalize_kernel(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr,
                      tl.where(bad, labels, -big), tl.where(bad, rows.to(tl.int64), big))
     if WITH_ENTROPY:
         tl.store(ent_ptr + rows, ent, mask=keep)
+    if HAS_VALUES:  # log p = z - lse, the same fp32 subtraction as torch's
+        if HAS_NAN_ROWS:
+            nan_row = tl.load(nan_rows_ptr + rows, mask=keep, other=0) != 0
+        for c0 in range(0, K, KBLOCK):
+            cols = c0 + tl.arange(0, KBLOCK)
+            at = values_ptr + rows[:, None].to(tl.int64) * K + cols[None, :]
+            inside = keep[:, None] & (cols[None, :] < K)
+            lp_at = tl.load(at, mask=inside, other=0.0) - lse[:, None]
+            if HAS_NAN_ROWS:
+                lp_at = tl.where(nan_row[:, None], float("nan"), lp_at)
+            tl.store(at, lp_at, mask=inside)
 
 
 def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
-             ignore_index: int, with_entropy: bool, *, record_alloc=None):
+             ignore_index: int, with_entropy: bool, *, record_alloc=None, values=None,
+             nan_rows=None):
     """The contract's finalize (ops/stages.py): (lse, mean_z, entropy, log_probs, valid,
     bad, record); the last four None without labels, mean_z and entropy None without
     entropy. ``record``: [cdiv(N, FINALIZE_BLOCK), 4] int64, a row per program, in
-    ``record_alloc(rows, device)`` when given."""
+    ``record_alloc(rows, device)`` when given. ``values`` (z at k ids a row) made
+    log-probs in place, in the kernel where they are contiguous fp32 (as the ops' are)."""
     num_shards, n_tokens = stats.shape[0], stats.shape[1]
     dev = stats.device
     has_labels = labels is not None
@@ -89,6 +109,8 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
         rec = record_buffer(programs, dev, record_alloc)  # a row per program
     if n_tokens == 0:
         return lse, mean_z, entropy, log_probs, valid, bad, rec
+    in_kernel = values is not None and values.dtype == torch.float32 \
+        and values.is_contiguous() and values.dim() == 2
     stats = stats.contiguous()
     if has_labels:  # the kernel reads labels[i] at labels_ptr + i
         labels = labels.contiguous()
@@ -96,6 +118,14 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
         stats, labels if has_labels else stats, lse, mean_z if with_entropy else lse,
         entropy if with_entropy else lse, log_probs if has_labels else lse,
         flags[0] if has_labels else lse, flags[1] if has_labels else lse,
-        rec if has_labels else lse, n_tokens, num_shards, vocab_size, ignore_index,
-        HAS_LABELS=has_labels, WITH_ENTROPY=with_entropy, BLOCK=FINALIZE_BLOCK)
+        rec if has_labels else lse, values if in_kernel else lse,
+        nan_rows.view(torch.int8) if in_kernel and nan_rows is not None else lse,
+        n_tokens, num_shards, vocab_size, ignore_index, values.shape[1] if in_kernel else 0,
+        HAS_LABELS=has_labels, WITH_ENTROPY=with_entropy, HAS_VALUES=in_kernel,
+        HAS_NAN_ROWS=in_kernel and nan_rows is not None, BLOCK=FINALIZE_BLOCK,
+        KBLOCK=min(VALUES_BLOCK, next_power_of_2(values.shape[1])) if in_kernel else 1)
+    if values is not None and not in_kernel:  # as the torch stage (torch_chunked.py)
+        values.sub_(lse[:, None])
+        if nan_rows is not None:
+            values.masked_fill_(nan_rows[:, None], float("nan"))
     return lse, mean_z, entropy, log_probs, valid, bad, rec
