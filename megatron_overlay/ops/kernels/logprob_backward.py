@@ -336,11 +336,13 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
             progs = min(num_tiles, sm_count(dev)) if cfg.persistent else num_tiles
             h_src = tile_source(h_hi, [cfg.block_m, cfg.block_k], chunk_tma)
             w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], chunk_tma)
+            # a lo part not in use goes as None, as in the forward: the launcher fills a
+            # TMA descriptor for each one it is given, the same one twice included
             launch(grad_logits_kernel, (progs,),
                 h_src, tile_source(h_lo, [cfg.block_m, cfg.block_k], chunk_tma) if split_h
-                else h_src,
+                else None,
                 w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], chunk_tma) if split_w
-                else w_src,
+                else None,
                 tile_source(grad, [cfg.block_m, cfg.block_v // (1 + cfg.epilogue_subtile)],
                             chunk_tma),
                 lab_blk, whole(lse, blk), whole(mean_z, blk), whole(g_lp, blk), whole(g_ent, blk),
