@@ -55,12 +55,12 @@ class LinearLogprobEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_log_probs, grad_entropy):
         hidden, weight, local_labels, lse, mean_z, valid, bad = ctx.saved_tensors
-        g_lp = torch.where(valid, grad_log_probs.float(), 0.0) if grad_log_probs is not None \
-            else torch.zeros_like(lse)
-        g_lp = torch.where(bad, float("nan"), g_lp)
+        # the rows' gradients as they come; the stage zeroes ignored rows' and makes bad
+        # rows' NaN (valid / bad)
+        g_lp = grad_log_probs.float() if grad_log_probs is not None else torch.zeros_like(lse)
         g_h = None
         if ctx.params.return_entropy and grad_entropy is not None:
-            g_h = torch.where(valid, grad_entropy.float(), 0.0)
+            g_h = grad_entropy.float()
         # d_weight (and d_hidden without TP): fp32 accumulation, rounded to the inputs'
         # dtype inside the impl, which saves an fp32 copy and its cast on GPU. Under TP
         # d_hidden stays fp32 for the all-reduce.
@@ -68,7 +68,7 @@ class LinearLogprobEntropy(torch.autograd.Function):
             hidden, weight, local_labels, ctx.inv_t, lse, mean_z, g_lp, g_h,
             d_weight_dtype=weight.dtype, d_hidden_dtype=None if ctx.tp else hidden.dtype,
             logits_dtype=ctx.params.logits_dtype, need_d_hidden=ctx.needs_input_grad[0],
-            need_d_weight=ctx.needs_input_grad[1])
+            need_d_weight=ctx.needs_input_grad[1], valid=valid, bad=bad)
         d_hidden, d_weight = complete_grads(d_hidden, d_weight, hidden, weight,
                                             ctx.tp_group if ctx.tp else None)
         if hidden.is_cuda:

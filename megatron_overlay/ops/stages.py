@@ -95,6 +95,7 @@ class LogprobStages(Protocol):
                  sparse_grads: torch.Tensor | None = None,
                  logits_dtype: torch.dtype | None = None,
                  need_d_hidden: bool = True, need_d_weight: bool = True,
+                 valid: torch.Tensor | None = None, bad: torch.Tensor | None = None,
                  ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(d_hidden [N, H] partial over this shard, d_weight [V, H]) of
         sum grad_logprob * log p[label] + sum grad_entropy * H (lse, mean_z = E_p[z]
@@ -105,7 +106,10 @@ class LogprobStages(Protocol):
         terms of log-probs at several ids per token (repeats add up); used by
         linear_logprobs_at / linear_topk_logprobs with local_labels None.
         ``need_d_hidden`` / ``need_d_weight`` False: that gradient is None, its GEMM not
-        run (a frozen head or input: a third of the backward's work each)."""
+        run (a frozen head or input: a third of the backward's work each). ``valid`` /
+        ``bad`` [N] bool (finalize's): grad_logprob is taken as 0 where not valid and NaN
+        where bad, grad_entropy as 0 where not valid (on GPU inside the recompute kernel,
+        where three torch launches did it)."""
         ...
 
     def check_ids(self, ids: torch.Tensor, vocab_start: int, local_vocab: int,

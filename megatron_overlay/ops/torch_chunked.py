@@ -145,11 +145,14 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
              sparse_ids: torch.Tensor | None = None, sparse_grads: torch.Tensor | None = None,
              logits_dtype: torch.dtype | None = None,
              need_d_hidden: bool = True, need_d_weight: bool = True,
+             valid: torch.Tensor | None = None, bad: torch.Tensor | None = None,
              token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK):
     """d/dz log p[y] = 1[j=y] - p_j;  d/dz H = -p_j (z_j - E_p[z]);  dz/d(logit) = 1/T.
     With ``logits_dtype`` p comes from the rounded logits, as the forward's, and the
     rounding passes the gradient through unchanged (as autograd through a cast does)."""
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
+    grad_logprob, grad_entropy = label_check.masked_row_grads(grad_logprob, grad_entropy,
+                                                              valid, bad)
     if local_labels is None:
         local_labels = torch.full((n_tokens,), -1, dtype=torch.int64, device=hidden.device)
     d_hidden = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device) \

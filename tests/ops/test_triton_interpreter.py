@@ -37,6 +37,9 @@ def _cases():
                     cases.append(f"stages-{n}x{h}x{v}-{dtype}-{'ent' if entropy else 'noent'}"
                                  f"-{'tma' if tma else 'ptr'}")
     cases += ["chunks-33x32x130-bfloat16"]
+    # the backward's valid / bad row flags, applied in the recompute kernel (fp16: in torch)
+    cases += [f"flags-{dtype}-{path}" for dtype, path in
+              (("float32", "tma"), ("bfloat16", "ptr"), ("float16", "ptr"))]
     cases += ["needs-one-chunk", "needs-chunks", "needs-sparse"]
     # the recompute kernel's loop / epilogue forms (tests/support/backward_forms.py): the
     # default config's gradient bits (the 16-bit GPU default's form among them)
@@ -156,6 +159,38 @@ def _worker() -> int:
                     "dtypes": [str(dh.dtype), str(dw.dtype)],
                     "dtype": w_name if h_name == "float32" else h_name,  # the MMAs' dtype
                     "mixed": h_name != w_name}
+            elif kind == "flags":  # the rows' flags in the kernel: torch's masking, bit for bit
+                _, dtype_name, path = case.split("-")
+                dtype, tma = getattr(torch, dtype_name), path == "tma"
+                n = 33
+                hidden, weight, labels = inputs(n, 32, 130, dtype, seed=19)
+                stats = torch_chunked.forward_stats(hidden, weight, labels, inv_t, True)
+                lse, mean_z = stats[:, 0] + stats[:, 1].log(), stats[:, 0] + stats[:, 2] / stats[:, 1]
+                g = torch.Generator().manual_seed(7)
+                g_lp, g_ent = torch.randn(n, generator=g), torch.randn(n, generator=g)
+                valid = torch.arange(n) % 4 != 2
+                g_lp[2], g_ent[6] = float("nan"), float("inf")  # ignored rows: zeroed anyway
+                bad = torch.zeros(n, dtype=torch.bool)
+                # several vocab chunks and token blocks
+                kw = dict(use_tma=tma, chunk_budget=n * 40 * hidden.element_size(),
+                          block_tokens=16)
+                args = (hidden, weight, labels, inv_t, lse, mean_z)
+                got = triton_impl.backward(*args, g_lp, g_ent, valid=valid, bad=bad, **kw)
+                premasked = triton_impl.backward(*args, *label_check.masked_row_grads(
+                    g_lp, g_ent, valid, bad), **kw)
+                ref = torch_chunked.backward(*args, g_lp, g_ent, valid=valid, bad=bad)
+                bad[[5, 20]] = True  # out-of-range labels: NaN rows (and d_weight)
+                got_bad = triton_impl.backward(*args, g_lp, g_ent, valid=valid, bad=bad, **kw)
+                ref_bad = torch_chunked.backward(*args, g_lp, g_ent, valid=valid, bad=bad)
+                report[case] = {
+                    "stats_err": 0.0, "stats_finite": True, "dtype": dtype_name,
+                    "dh_err": rel(got[0], ref[0]), "dw_err": rel(got[1], ref[1]),
+                    "flags_same_bits": torch.equal(got[0], premasked[0])
+                    and torch.equal(got[1], premasked[1]) and bool(got[0].isfinite().all()),
+                    "bad_rows_same": torch.equal(got_bad[0].isnan(), ref_bad[0].isnan())
+                    and torch.equal(got_bad[1].isnan(), ref_bad[1].isnan())
+                    and bool(got_bad[0][5].isnan().all())
+                    and not bool(got_bad[0][6].isnan().any())}
             elif kind == "needs":  # one gradient asked for: the full call's, bit for bit
                 hidden, weight, labels = inputs(33, 32, 130, torch.bfloat16, seed=3)
                 stats = torch_chunked.forward_stats(hidden, weight, labels, inv_t, True)
@@ -317,6 +352,8 @@ def test_interpreter_case(report, case):
         assert res["ignored_zero"]
     if case.startswith("needs-"):
         assert res["needs_ok"]
+    if case.startswith("flags-"):
+        assert res["flags_same_bits"] and res["bad_rows_same"], res
     if case.startswith("forms-"):
         assert res["forms"] == 4 and res["differ"] == [], res
     if case.startswith("finalize-"):

@@ -41,16 +41,20 @@ from .launch import (cdiv, check_device, default_tma, dot_precision, interpretin
                      sm_count, tile_source, tma_aligned, upcast_dot)
 from .sparse_grad import add_sparse_grad
 from .split_operand import split_hi_lo_into
+from ..label_check import masked_row_grads
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
 def _row_terms(m0, N, V, labels_ptr, label_shift, lse_ptr, mean_z_ptr, g_lp_ptr, g_ent_ptr,
-               inv_t, inv_t_ptr, BLOCK_M: tl.constexpr, HAS_ENTROPY: tl.constexpr,
-               ROW_INV_T: tl.constexpr, HAS_LABELS: tl.constexpr):
+               inv_t, inv_t_ptr, valid_ptr, bad_ptr, BLOCK_M: tl.constexpr,
+               HAS_ENTROPY: tl.constexpr, ROW_INV_T: tl.constexpr, HAS_LABELS: tl.constexpr,
+               HAS_FLAGS: tl.constexpr):
     """The per-row inputs of the token tile at m0: (inv_t: the scalar or a [BLOCK_M, 1]
-    column, lse, g_lp, mean_z, g_ent, the label's column in this vocab chunk or -1)."""
+    column, lse, g_lp, mean_z, g_ent, the label's column in this vocab chunk or -1).
+    ``HAS_FLAGS``: the rows' valid / bad flags (int8) applied to the gradients as the stage
+    contract says (0 where not valid, g_lp NaN where bad)."""
     rows = m0 + tl.arange(0, BLOCK_M)
     keep = rows < N
     if ROW_INV_T:  # per-row temperatures: a [BLOCK_M, 1] column instead of the scalar
@@ -61,6 +65,12 @@ def _row_terms(m0, N, V, labels_ptr, label_shift, lse_ptr, mean_z_ptr, g_lp_ptr,
     if HAS_ENTROPY:
         mean_z = tl.load(mean_z_ptr + rows, mask=keep, other=0.0)
         g_ent = tl.load(g_ent_ptr + rows, mask=keep, other=0.0)
+    if HAS_FLAGS:
+        valid = tl.load(valid_ptr + rows, mask=keep, other=0) != 0
+        g_lp = tl.where(valid, g_lp, 0.0)
+        g_lp = tl.where(tl.load(bad_ptr + rows, mask=keep, other=0) != 0, float("nan"), g_lp)
+        if HAS_ENTROPY:
+            g_ent = tl.where(valid, g_ent, 0.0)
     labels = tl.full([BLOCK_M], -1, tl.int32)
     if HAS_LABELS:  # the label's column, relative to this vocab chunk (outside it: none)
         labels = tl.load(labels_ptr + rows, mask=keep, other=-1) - label_shift
@@ -96,17 +106,19 @@ def _store_grad(acc, g_dst, m0, col0, N, V, stride_g, inv_t, lse, g_lp, mean_z, 
 @triton.jit
 def grad_logits_kernel(
     h_src, h_lo_src, w_src, w_lo_src, g_dst, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr,
-    g_ent_ptr, scale_ptr, inv_t_ptr, N, V, H, stride_h, stride_w, stride_g, inv_t, label_shift,
+    g_ent_ptr, scale_ptr, inv_t_ptr, valid_ptr, bad_ptr, N, V, H, stride_h, stride_w,
+    stride_g, inv_t, label_shift,
     group_m, num_progs,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_ENTROPY: tl.constexpr, HAS_SCALE: tl.constexpr, USE_TMA: tl.constexpr,
     FLATTEN: tl.constexpr, WARP_SPEC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
     ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr,
-    HAS_LABELS: tl.constexpr, SUBTILE: tl.constexpr,
+    HAS_LABELS: tl.constexpr, SUBTILE: tl.constexpr, HAS_FLAGS: tl.constexpr,
 ):
     """``labels_ptr`` holds this shard's labels; less ``label_shift`` (the chunk's first
     column) they index this vocab chunk (outside [0, V): none). ``HAS_LABELS`` False: no
-    label in any row (``labels_ptr`` unused).
+    label in any row (``labels_ptr`` unused). ``HAS_FLAGS``: ``valid_ptr`` / ``bad_ptr``
+    [N] int8, the rows' flags applied to g_lp and g_ent (``_row_terms``).
     ``ROW_INV_T``: per-row inverse temperatures at ``inv_t_ptr`` [N], else the scalar.
     ``LOGITS_DTYPE``: the recomputed tile rounded as the forward's was (the gradient
     passes through the rounding); ``LO``: an fp32 operand as its hi and lo parts, as the
@@ -140,7 +152,8 @@ def grad_logits_kernel(
         v0 = pid_v * BLOCK_V
         inv_t_r, lse, g_lp, mean_z, g_ent, labels = _row_terms(
             m0, N, V, labels_ptr, label_shift, lse_ptr, mean_z_ptr, g_lp_ptr, g_ent_ptr,
-            inv_t, inv_t_ptr, BLOCK_M, HAS_ENTROPY, ROW_INV_T, HAS_LABELS)
+            inv_t, inv_t_ptr, valid_ptr, bad_ptr, BLOCK_M, HAS_ENTROPY, ROW_INV_T, HAS_LABELS,
+            HAS_FLAGS)
         acc = round_logits(acc, LOGITS_DTYPE)
         if SUBTILE:
             acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_V // 2)),
@@ -205,7 +218,8 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
              d_hidden_dtype: torch.dtype | None = None, block_tokens: int | None = None,
              sparse_ids: torch.Tensor | None = None, sparse_grads: torch.Tensor | None = None,
              logits_dtype: torch.dtype | None = None, need_d_hidden: bool = True,
-             need_d_weight: bool = True):
+             need_d_weight: bool = True, valid: torch.Tensor | None = None,
+             bad: torch.Tensor | None = None):
     """The contract's backward. Opt-in extras (defaults fp32, as the contract says):
     ``d_weight_dtype`` / ``d_hidden_dtype`` let cuBLAS write the gradients in e.g. the
     inputs' dtype, saving an fp32 copy of each and its cast.
@@ -253,6 +267,9 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
         if need_d_weight else None
     hidden, weight = rowmajor(hidden), rowmajor(weight)
     has_entropy = grad_entropy is not None and mean_z is not None
+    flags = None if valid is None and bad is None else (
+        valid if valid is not None else torch.ones_like(bad),
+        bad if bad is not None else torch.zeros_like(valid))
     f32 = lambda t: t.to(torch.float32).contiguous()  # noqa: E731
     lse, g_lp = f32(lse), f32(grad_logprob)
     mean_z = f32(mean_z) if has_entropy else lse
@@ -265,9 +282,14 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     # the buffer holds it times 1 / max|g| and the GEMM results are scaled back.
     unscale = None
     if mma == torch.float16:
-        unscale = g_lp.abs().amax()
+        # of the gradients as the kernel takes them (flags), a bad row's NaN left out: it
+        # makes that row's d_hidden NaN, not every row's through the scale
+        s_lp, s_ent = masked_row_grads(g_lp, g_ent if has_entropy else None, valid, None)
+        if bad is not None:
+            s_lp = torch.where(bad, 0.0, s_lp)
+        unscale = s_lp.abs().amax()
         if has_entropy:
-            unscale = unscale + g_ent.abs().amax()
+            unscale = unscale + s_ent.abs().amax()
         unscale = unscale.clamp_min(1e-30).reshape(1)
         scale = (1.0 / unscale).contiguous()
     else:
@@ -347,6 +369,8 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                             chunk_tma),
                 lab_blk, whole(lse, blk), whole(mean_z, blk), whole(g_lp, blk), whole(g_ent, blk),
                 scale, lse if inv_t_rows is None else whole(inv_t_rows, blk),
+                *((lse, lse) if flags is None else
+                  (whole(flags[0], blk).view(torch.int8), whole(flags[1], blk).view(torch.int8))),
                 rows, width, hidden_size, h_hi.stride(0), w_hi.stride(0), grad.stride(0),
                 inv_t, v0, cfg.group_m, progs,
                 BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
@@ -355,6 +379,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                 DOT_PRECISION=dot_precision(mma), UPCAST_DOT=upcast_dot(mma),
                 ROW_INV_T=inv_t_rows is not None, LOGITS_DTYPE=rounding, LO=lo,
                 HAS_LABELS=labels is not None, SUBTILE=cfg.epilogue_subtile,
+                HAS_FLAGS=flags is not None,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             )
             if sparse is not None:
