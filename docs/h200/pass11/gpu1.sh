@@ -11,12 +11,12 @@ export PYTHONPATH=$PWD TRITON_CACHE_DIR=/tmp/triton-cache CUDA_VISIBLE_DEVICES=0
   lscpu | grep -E "Model name"
   LC_ALL=C find megatron_overlay tools docs/h200/pass11 -name '*.py' | sort | xargs sha1sum
 } > "$OUT/machine.txt" 2>&1
-timeout 240 python3 docs/h200/pass11/host_probe.py 256 8192 2>&1 | tee "$OUT/host_probe.txt" | tail -5
-timeout 170 python3 docs/h200/pass11/rescan_sweep.py 2>&1 | tee "$OUT/rescan_sweep.txt" | tail -40
+timeout 200 python3 docs/h200/pass11/host_probe.py 256 8192 2>&1 | tee "$OUT/host_probe.txt" | tail -5
+timeout 150 python3 docs/h200/pass11/rescan_sweep.py 2>&1 | tee "$OUT/rescan_sweep.txt" | tail -40
 # the ops against the torch stages on the GPU (finalize's values, the backward's lo parts)
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
   .venv/wheelhouse/upstream/megatron_core-0.19.2-*.whl
-PYTHONPATH=/tmp/site:$PWD timeout 150 python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
+PYTHONPATH=/tmp/site:$PWD timeout 130 python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
   tests/ops/test_triton_gpu.py tests/ops/test_triton_distill_gpu.py -k \
   "op_matches_torch_impl or ops_match_torch_impl or backward_configs or direct_d_hidden or one_gradient" \
   > "$OUT/pytest.txt" 2>&1
