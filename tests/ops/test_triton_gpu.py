@@ -126,6 +126,44 @@ def test_op_matches_torch_impl(monkeypatch):
         assert ((a - b).abs().max() / b.abs().max()) < 2e-2
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_bad_label_makes_only_its_rows_gradient_nan(dtype, monkeypatch):
+    """What CUDA computes before the host learns of an out-of-range label (the check
+    deferred, ops/label_check.py): that row's log-prob and d_hidden row are NaN, every
+    other row's are the torch stage's (the flags applied in the recompute kernel; fp16's
+    buffer scale leaves the bad row out) and ignored rows' gradients are 0 whatever
+    flows into them."""
+    from megatron_overlay.ops import label_check
+    from megatron_overlay.ops.linear_logprob import LinearLogprobEntropy
+    from megatron_overlay.ops.params import LogprobParams
+    hidden, weight, labels = _inputs(300, 256, 5003, dtype, seed=5)
+    labels[labels < 0] = -100
+    labels[7], labels[100] = 5003, -4  # out of range
+    g_lp = torch.randn(300, device="cuda")
+    g_lp[labels == -100] = float("nan")  # ignored rows: their gradient is dropped
+    results = {}
+    with monkeypatch.context() as m:  # no raise from the calls' own polls meanwhile
+        m.setattr(label_check, "poll", lambda wait=False: None)
+        for impl in ("torch", "triton"):
+            m.setenv("MEGATRON_OVERLAY_IMPL", impl)
+            h = hidden.clone().requires_grad_()
+            lp, ent = LinearLogprobEntropy.apply(h, weight, labels,
+                                                 LogprobParams(temperature=0.7), None)
+            torch.autograd.backward((lp, ent), (g_lp, torch.ones_like(ent)))
+            results[impl] = (lp.detach(), h.grad.float())
+    for _ in results:  # each call's deferred record: raised once each
+        with pytest.raises(ValueError, match="2 label id"):
+            label_check.check_labels()
+    label_check.check_labels()
+    bad = torch.zeros(300, dtype=torch.bool, device="cuda")
+    bad[[7, 100]] = True
+    for lp, d_h in results.values():
+        assert torch.equal(lp.isnan(), bad)
+        assert d_h[bad].isnan().all() and not d_h[~bad].isnan().any()
+    ref, got = results["torch"][1][~bad], results["triton"][1][~bad]
+    assert ((got - ref).abs().max() / ref.abs().max()) < 2e-2
+
+
 def _bf16_spacing(x: torch.Tensor) -> torch.Tensor:
     """The distance between neighbouring bf16 values at |x| (8 significant bits)."""
     return torch.exp2(torch.floor(torch.log2(x.abs().clamp_min(2.0 ** -120))) - 7)

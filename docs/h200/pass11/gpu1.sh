@@ -18,6 +18,6 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
   .venv/wheelhouse/upstream/megatron_core-0.19.2-*.whl
 PYTHONPATH=/tmp/site:$PWD timeout 130 python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
   tests/ops/test_triton_gpu.py tests/ops/test_triton_distill_gpu.py -k \
-  "op_matches_torch_impl or ops_match_torch_impl or backward_configs or direct_d_hidden or one_gradient" \
+  "op_matches_torch_impl or ops_match_torch_impl or backward_configs or direct_d_hidden or one_gradient or bad_label" \
   > "$OUT/pytest.txt" 2>&1
 echo " (pytest exit $?)" >> "$OUT/pytest.txt"; tail -3 "$OUT/pytest.txt"
