@@ -41,7 +41,6 @@ from .launch import (cdiv, check_device, default_tma, dot_precision, interpretin
                      sm_count, tile_source, tma_aligned, upcast_dot)
 from .sparse_grad import add_sparse_grad
 from .split_operand import split_hi_lo_into
-from ..label_check import masked_row_grads
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -284,12 +283,12 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     if mma == torch.float16:
         # of the gradients as the kernel takes them (flags), a bad row's NaN left out: it
         # makes that row's d_hidden NaN, not every row's through the scale
-        s_lp, s_ent = masked_row_grads(g_lp, g_ent if has_entropy else None, valid, None)
-        if bad is not None:
-            s_lp = torch.where(bad, 0.0, s_lp)
-        unscale = s_lp.abs().amax()
+        def taken(g, zero):  # g as the kernel takes it, 0 in the rows ``zero`` marks
+            return g if zero is None else torch.where(zero, 0.0, g)
+
+        unscale = taken(taken(g_lp, None if valid is None else ~valid), bad).abs().amax()
         if has_entropy:
-            unscale = unscale + s_ent.abs().amax()
+            unscale = unscale + taken(g_ent, None if valid is None else ~valid).abs().amax()
         unscale = unscale.clamp_min(1e-30).reshape(1)
         scale = (1.0 / unscale).contiguous()
     else:
