@@ -106,7 +106,7 @@ METHODS = {
                                                                       temperature=TEMP)),
     "at8": fwd_of(lambda h, w, y, ids: ops.linear_logprobs_at(h, w, ids, temperature=TEMP)),
     "at8_fb": fb_of(lambda h, w, y, ids: (ops.linear_logprobs_at(h, w, ids, temperature=TEMP)
-                                          .sum(1), None)),
+                                          [0].sum(1), None)),
     "topk1": fwd_of(lambda h, w, y, ids: ops.linear_topk_logprobs(h, w, 1, temperature=TEMP)),
     "topk8": fwd_of(lambda h, w, y, ids: ops.linear_topk_logprobs(h, w, 8, temperature=TEMP)),
     "topk32": fwd_of(lambda h, w, y, ids: ops.linear_topk_logprobs(h, w, 32, temperature=TEMP)),

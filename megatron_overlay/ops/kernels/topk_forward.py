@@ -442,4 +442,5 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
         tile_v, tile_i = _best_k(n_tokens, k, num_v, candidates, dev)
     del top_v, top_i
     return (stats, *rescan_topk(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma,
-                                lo, mma, rounding, stats.numel() * 4 + lists))
+                                lo, mma, rounding, stats.numel() * 4 + lists,
+                                sparse=second))

@@ -47,6 +47,13 @@ from .tile_sort import sort_tiles
 # 1.88 ms at 8192 tokens, k = 32, 5.87 / 6.58 ms at 32768
 # (docs/h200/distill_i20/rescan_88f7fb6/rescan_variants.txt). The interpreter: fewer.
 RESCAN_ROWS = 128
+# Where the forward stored the tiles' second maxima (k >= 32: topk_forward.SECOND_MAX_MIN_K)
+# most pairs are known maxima and the few recomputed ones spread over every tile (0.92 a
+# row at 8192 tokens, k = 32, over all 594 tiles): a program's MMA is mostly empty rows.
+# 64 rows at 8 warps: 0.70 / 0.62 ms against 0.79 / 0.74 at 128 rows, 8192 / 16384 tokens,
+# k = 32 (sort, rescan and merge; the same bits; docs/h200/pass11/r1/rescan_sweep.txt);
+# at k = 8 (every pair recomputed) 128 stays ahead, 0.57 against 0.67.
+RESCAN_ROWS_SPARSE = 64
 RESCAN_ROWS_INTERPRETED = 16
 # 8 warps (4: 2.01 / 8.16 ms in the same runs).
 RESCAN_WARPS = 8
@@ -189,12 +196,14 @@ def rescan_kernel(
 
 def rescan_topk(h_parts, w_parts, tile_v: torch.Tensor, tile_i: torch.Tensor,
                 inv_temperature, cfg, tma: bool, lo: int, mma: torch.dtype, rounding,
-                alive_bytes: int = 0):
+                alive_bytes: int = 0, sparse: bool = False):
     """([N, k] values, int64 ids): the rows' top k from their k candidate tiles (``tile_v``
     maxima of z descending, ``tile_i`` tile ids, topk_merge.PAD_ID where unfilled), in row
     blocks within what ``alive_bytes`` (the caller's buffers) leave of FORWARD_EXTRA_BYTES,
     at least RESCAN_BUDGET_BYTES. ``h_parts`` / ``w_parts``: each operand twice, or
-    an fp32 operand's hi and lo halves (``lo``: launch.lo_operand; ``mma``: launch.mma_dtype)."""
+    an fp32 operand's hi and lo halves (``lo``: launch.lo_operand; ``mma``: launch.mma_dtype).
+    ``sparse``: ``tile_i`` holds known maxima's codes (the forward's second maxima), so few
+    pairs are recomputed (RESCAN_ROWS_SPARSE)."""
     n_rows, k = tile_v.shape
     dev = tile_v.device
     values = torch.empty(n_rows, k, dtype=torch.float32, device=dev)
@@ -202,26 +211,27 @@ def rescan_topk(h_parts, w_parts, tile_v: torch.Tensor, tile_i: torch.Tensor,
     block = rescan_block_rows(k, alive_bytes)
     if n_rows <= block:  # one launch: no row slices (each view costs host time)
         _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma, rounding,
-                (values, ids))
+                (values, ids), sparse)
         return values, ids
     per_row_t = isinstance(inv_temperature, torch.Tensor)
     for r0 in range(0, n_rows, block):
         rows = slice(r0, r0 + block)
         _rescan((h_parts[0][rows], h_parts[1][rows]), w_parts, tile_v[rows], tile_i[rows],
                 inv_temperature[rows] if per_row_t else inv_temperature, cfg, tma, lo, mma,
-                rounding, (values[rows], ids[rows]))
+                rounding, (values[rows], ids[rows]), sparse)
     return values, ids
 
 
 def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma, rounding,
-            out):
+            out, sparse=False):
     (h_hi, h_lo), (w_hi, w_lo) = h_parts, w_parts
     n_rows, k = tile_v.shape
     vocab, hidden_size = w_hi.shape
     dev = h_hi.device
     width = k * (k + 1) // 2
     num_t = cdiv(vocab, cfg.block_v)
-    rows = RESCAN_ROWS_INTERPRETED if interpreting() else RESCAN_ROWS
+    rows = RESCAN_ROWS_INTERPRETED if interpreting() else \
+        RESCAN_ROWS_SPARSE if sparse else RESCAN_ROWS
     _tiles, pairs, runs = sort_tiles(tile_i, num_t, rows)
     cand_v = torch.empty(n_rows, width, dtype=torch.float32, device=dev)
     cand_i = torch.empty(n_rows, width, dtype=torch.int32, device=dev)
