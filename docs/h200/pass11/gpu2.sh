@@ -13,4 +13,4 @@ export PYTHONPATH=/tmp/site:$PWD TRITON_CACHE_DIR=/tmp/triton-cache CUDA_VISIBLE
 timeout 130 python3 -m tools.bench distill --sync --rounds 3 --sync-calls 24 --ks 32 \
   --methods topk_ours --shapes 8192,4096,151936 --out "$OUT/distill" 2>&1 |
   grep -E "k=|gemm|done" | tail -20
-timeout 80 python3 docs/h200/pass11/host_probe.py 256 2>&1 | tee "$OUT/host_probe.txt" | tail -3
+METHODS=gemm,logprob,logprob_fb,topk32 timeout 80 python3 docs/h200/pass11/host_probe.py 256 2>&1 | tee "$OUT/host_probe.txt" | tail -3

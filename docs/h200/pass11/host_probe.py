@@ -7,8 +7,8 @@ stages, each kernel's ``launch``, torch.empty / where / mm, the label check's pi
 TMA descriptors), in us per op call, with how many times each ran per call. ``total``:
 the whole call; for fb: forward, the bench's loss and ``backward()`` (tools/bench/
 methods.py's fb, as `bench distill/op` time it).
-Usage: python host_probe.py N [N ...]   (H = 4096, V = 151936, bf16, T = 0.7)"""
-import collections, cProfile, importlib, io, pstats, statistics, sys, time
+Usage: [METHODS=a,b] python host_probe.py N [N ...]   (H = 4096, V = 151936, bf16, T = 0.7)"""
+import collections, cProfile, importlib, io, os, pstats, statistics, sys, time
 import torch
 
 from megatron_overlay import ops
@@ -113,6 +113,10 @@ METHODS = {
 }
 
 
+if os.environ.get("METHODS"):  # a subset, e.g. METHODS=gemm,logprob,logprob_fb
+    METHODS = {m: METHODS[m] for m in os.environ["METHODS"].split(",")}
+
+
 def busy(big, ms):
     bh, bw = big
     t = time.perf_counter()
@@ -150,7 +154,7 @@ for n in [int(x) for x in sys.argv[1:]]:
               f"{sum(per) / len(per) / 1e3:.1f}, min {min(per) / 1e3:.1f}")
         for label, ns in sorted(T_NS.items(), key=lambda kv: -kv[1]):
             print(f"     {ns / CALLS / 1e3:8.1f} us  x{CALLS_N[label] / CALLS:4.1f}  {label}")
-    for m in ("logprob_fb", "topk32"):
+    for m in [m for m in ("logprob_fb", "topk32") if m in METHODS]:
         fn = METHODS[m]
         torch.cuda.synchronize()
         busy(big, BUSY_MS * 2)
