@@ -77,7 +77,8 @@ class LogprobStages(Protocol):
         ``with_entropy``. ``labels`` [N] global ids (None: the last four are None):
         valid = label != ignore_index, bad = valid and outside [0, vocab_size); log_probs
         z[label] - lse, 0 where not valid, NaN where bad; the entropy 0 where not valid.
-        ``record_alloc``: where the record goes (see RecordAlloc). ``values`` [N, k] fp32,
+        ``record_alloc``: where the record goes (see RecordAlloc). ``values`` [N, k] fp32
+        (contiguous for the Triton stage, which writes it in its kernel),
         z at k ids a row (the top-k's, or given ids'): made log-probs in place, z - lse,
         NaN in the rows where ``nan_rows`` [N] bool (optional) is True; the ops' one
         launch for every per-token output on GPU, where a subtraction and a fill were two

@@ -100,3 +100,13 @@ def test_cpu_picks_the_torch_stages(monkeypatch):
     assert stages.pick_topk_impl(cpu) == (torch_topk, torch_chunked)
     monkeypatch.setenv(stages.IMPL_ENV, "torch")
     assert stages.pick_impl(torch.device("cuda")) is torch_chunked
+
+
+def test_triton_finalize_refuses_values_it_cannot_write_in_place():
+    """The Triton finalize writes ``values`` in place in its kernel: a strided or non-fp32
+    tensor is refused before any launch (the ops' values are contiguous fp32)."""
+    triton_impl = pytest.importorskip("megatron_overlay.ops.kernels.triton_impl")
+    stats = torch.zeros(1, 4, 4)
+    for values in (torch.zeros(3, 4).t(), torch.zeros(4, 3, dtype=torch.float64)):
+        with pytest.raises(ValueError, match="values must be a contiguous float32"):
+            triton_impl.finalize(stats, None, 10, -100, True, values=values)

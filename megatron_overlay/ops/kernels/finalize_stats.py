@@ -88,10 +88,17 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
     bad, record); the last four None without labels, mean_z and entropy None without
     entropy. ``record``: [cdiv(N, FINALIZE_BLOCK), 4] int64, a row per program, in
     ``record_alloc(rows, device)`` when given. ``values`` (z at k ids a row) made
-    log-probs in place, in the kernel where they are contiguous fp32 (as the ops' are)."""
+    log-probs in place by the kernel: a contiguous fp32 [N, k] tensor (as every op's is:
+    the top-k's and logits_at's outputs, or a gather's)."""
     num_shards, n_tokens = stats.shape[0], stats.shape[1]
     dev = stats.device
     has_labels = labels is not None
+    has_values = values is not None
+    if has_values and not (values.dtype == torch.float32 and values.dim() == 2
+                           and values.is_contiguous()):
+        raise ValueError(f"values must be a contiguous float32 [N, k] tensor (the kernel "
+                         f"writes it in place), got {values.dtype} of shape "
+                         f"{tuple(values.shape)} and strides {values.stride()}")
     # two allocations instead of four (each costs host time): what the ops save for the
     # backward, apart from what they return (an in-place edit of a returned tensor bumps
     # the version counter of its whole allocation, which autograd checks on saved tensors)
@@ -109,8 +116,6 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
         rec = record_buffer(programs, dev, record_alloc)  # a row per program
     if n_tokens == 0:
         return lse, mean_z, entropy, log_probs, valid, bad, rec
-    in_kernel = values is not None and values.dtype == torch.float32 \
-        and values.is_contiguous() and values.dim() == 2
     stats = stats.contiguous()
     if has_labels:  # the kernel reads labels[i] at labels_ptr + i
         labels = labels.contiguous()
@@ -118,14 +123,10 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
         stats, labels if has_labels else stats, lse, mean_z if with_entropy else lse,
         entropy if with_entropy else lse, log_probs if has_labels else lse,
         flags[0] if has_labels else lse, flags[1] if has_labels else lse,
-        rec if has_labels else lse, values if in_kernel else lse,
-        nan_rows.view(torch.int8) if in_kernel and nan_rows is not None else lse,
-        n_tokens, num_shards, vocab_size, ignore_index, values.shape[1] if in_kernel else 0,
-        HAS_LABELS=has_labels, WITH_ENTROPY=with_entropy, HAS_VALUES=in_kernel,
-        HAS_NAN_ROWS=in_kernel and nan_rows is not None, BLOCK=FINALIZE_BLOCK,
-        KBLOCK=min(VALUES_BLOCK, next_power_of_2(values.shape[1])) if in_kernel else 1)
-    if values is not None and not in_kernel:  # as the torch stage (torch_chunked.py)
-        values.sub_(lse[:, None])
-        if nan_rows is not None:
-            values.masked_fill_(nan_rows[:, None], float("nan"))
+        rec if has_labels else lse, values if has_values else lse,
+        nan_rows.view(torch.int8) if has_values and nan_rows is not None else lse,
+        n_tokens, num_shards, vocab_size, ignore_index, values.shape[1] if has_values else 0,
+        HAS_LABELS=has_labels, WITH_ENTROPY=with_entropy, HAS_VALUES=has_values,
+        HAS_NAN_ROWS=has_values and nan_rows is not None, BLOCK=FINALIZE_BLOCK,
+        KBLOCK=min(VALUES_BLOCK, next_power_of_2(values.shape[1])) if has_values else 1)
     return lse, mean_z, entropy, log_probs, valid, bad, rec
