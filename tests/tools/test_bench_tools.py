@@ -215,6 +215,44 @@ def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
             # --sync: the single synchronized calls' ratio beside the bursts'
             x, lo, hi = rec["sync_x"]
             assert lo <= x <= hi and rec["sync_ms"] > 0
+    # table.md: a row per op (and k), a column per shape, both protocols in each cell
+    table = (out / "table.md").read_text()
+    assert "distill --device cpu" in table and "single synchronized calls" in table
+    cell = f"{rows[4]['topk_ours']['x_floor']:.3f} / {rows[4]['topk_ours']['sync_x'][0]:.3f}"
+    assert f"| top-k k = 4 fwd | {cell} |" in table
+    assert "| log-prob fwd+bwd |" in table and "| log-prob fwd+bwd | error" not in table
+
+
+def test_distillation_table_of_a_stored_gpu_run(tmp_path, capsys, monkeypatch):
+    # the README's one-run table (pass 8, one H200) from its results.json; a read-only
+    # command: nothing written, no out folder made
+    monkeypatch.chdir(tmp_path)
+    stored = REPO / "docs/h200/pass8/r4/distill/results.json"
+    assert bench(["distill", "--table", str(stored)]) == 0
+    assert not any(tmp_path.iterdir())
+    table = capsys.readouterr().out
+    assert table.startswith("NVIDIA H200, torch 2.11.0+cu130, 2026-12-04 20:44 UTC")
+    lines = table.splitlines()
+    head = next(line for line in lines if line.startswith("| N, H, V:"))
+    assert head.count("|") == 6  # four shapes
+    run = json.loads(stored.read_text())
+    row = next(r for r in run["results"] if r.get("k") == 32 and r["shape"][0] == 16384)
+    rec = row["topk_ours"]
+    cell = f"{rec['x_floor']:.3f} / {rec['sync_x'][0]:.3f}"
+    got = next(line for line in lines if line.startswith("| top-k k = 32 fwd |"))
+    assert got.split(" | ")[3] == cell  # the third shape's column
+    # host ms / extra MiB beyond the outputs, in the second table
+    second = [line for line in lines if line.startswith("| top-k k = 32 fwd |")][1]
+    assert second.split(" | ")[3] == (f"{rec['host_ms']:.2f} / "
+                                      f"{rec['extra_beyond_outputs_mib']:.1f}")
+
+
+def test_distillation_table_refuses_what_is_not_a_distill_run(tmp_path, capsys):
+    other = tmp_path / "results.json"
+    other.write_text(json.dumps({"meta": {}, "rows": []}))
+    with pytest.raises(SystemExit):
+        bench(["distill", "--table", str(other)])
+    assert "not a distill results.json" in capsys.readouterr().err
 
 
 def test_distillation_benchmark_forward_only_with_the_invariance_variant(tmp_path):

@@ -17,11 +17,15 @@ another commit, as for ``op --baseline``) runs beside ours as topk_base / at_bas
 at_base_fb, the counterparts of the selected methods, and each of ours gets ``vs_base``:
 its time over base's, paired per round (host times compare only within one process).
 ``--device cpu``: a smoke run on tiny shapes (host-clock timings, no memory figures).
+Each run also writes table.md (``table``: the ratios of both protocols, host time and
+extra memory, per op and shape, headed by the machine and the command); ``--table
+RESULTS.json`` prints that table for an earlier run's results (writes nothing).
 
     python -m tools.bench distill --sync --out out/distill   # both protocols
     python -m tools.bench distill --sweep 8192,4096,151936,32 --sweep-splits 1,2,4 --ks 32 \
         --shapes 8192,4096,151936 --out out/sweep          # + configs and split counts
     python -m tools.bench distill --device cpu --shapes 64,32,512 --ks 1,4 --out out/smoke
+    python -m tools.bench distill --table out/distill/results.json
     git archive REV megatron_overlay | tar -x -C /tmp/base && \
         mv /tmp/base/megatron_overlay /tmp/base/megatron_overlay_base
     python -m tools.bench distill --baseline /tmp/base --phases fwd --ks 8 --out out/vs_base
@@ -33,6 +37,7 @@ import contextlib
 import importlib
 import json
 import os
+import shlex
 
 import torch
 
@@ -43,7 +48,7 @@ from . import timing
 from .clocks import ClockSampler
 from .inputs import SHAPES, TEMPERATURE, distill_inputs, shape
 from .methods import import_baseline, peak_extra_gib
-from .report import Run
+from .report import Run, markdown
 from .timing import timing_options
 
 KS = [1, 8, 32]
@@ -310,6 +315,89 @@ def sweep(n, h, v, k, args, clocks, log, split_counts=()) -> list:
             f"{ratios[name][0]:5.3f}x gemm")
     return rows
 
+# table.md's rows: method -> its label ({k}: the row's k)
+LABELS = {"logprob_ours": "log-prob fwd", "logprob_ours_fb": "log-prob fwd+bwd",
+          "topk_ours": "top-k k = {k} fwd", "topk_ours_variant": "top-k k = {k} fwd, not invariant",
+          "topk_torch": "torch.topk k = {k} fwd", "at_ours": "at ids (k = {k}) fwd",
+          "at_ours_fb": "at ids (k = {k}) fwd+bwd", "at_torch_fb": "torch at ids (k = {k}) fwd+bwd",
+          "logprob_base": "base: log-prob fwd", "logprob_base_fb": "base: log-prob fwd+bwd",
+          "topk_base": "base: top-k k = {k} fwd", "at_base": "base: at ids (k = {k}) fwd",
+          "at_base_fb": "base: at ids (k = {k}) fwd+bwd"}
+
+
+def table(run: dict) -> str:
+    """A run's results.json as markdown: which machine and command, then per op (rows) and
+    shape (columns) the ratio to the GEMM floor in both protocols (bursts / single
+    synchronized calls, each a median over the rounds), then host time a call and extra
+    memory."""
+    results = run["results"]
+    shapes = list(dict.fromkeys(tuple(r["shape"]) for r in results if "shape" in r))
+    ops: dict = {}   # (method, k) -> {shape: record}, in the order the run logged them
+    floor: dict = {}  # (gemm method, shape) -> record
+    for r in results:
+        if "shape" not in r:  # a --sweep row has no per-op records
+            continue
+        if "method" in r:
+            floor[r["method"], tuple(r["shape"])] = r
+            continue
+        for name, rec in r.items():
+            if isinstance(rec, dict) and name in LABELS:
+                ops.setdefault((name, r["k"]), {})[tuple(r["shape"])] = rec
+    order = list(LABELS)
+    rows = sorted(ops, key=lambda mk: (order.index(mk[0]) // 2 if mk[0].startswith("logprob")
+                                       else order.index(mk[0]), mk[1]))
+
+    def ratio(rec, key):
+        got = rec.get(key)
+        return "" if got is None else format(got[0] if isinstance(got, list) else got, ".3f")
+
+    def cells(fmt):
+        return [[LABELS[m].format(k=k)] + [fmt(ops[m, k][s]) if s in ops[m, k] else ""
+                                           for s in shapes] for m, k in rows]
+
+    def times(rec):
+        if "error" in rec:
+            return "error"
+        sync = ratio(rec, "sync_x")
+        return ratio(rec, "x_floor") + (f" / {sync}" if sync else "")
+
+    def host_memory(rec):
+        if "error" in rec:
+            return "error"
+        mib = rec.get("extra_beyond_outputs_mib")
+        return (f"{rec['host_ms']:.2f}" if rec.get("host_ms") is not None else "-") + \
+            " / " + ("-" if mib is None else f"{mib:.1f}")
+
+    def gemm_ms(name, s):
+        r = floor.get((name, s))
+        if r is None or r.get("ms") is None:
+            return ""
+        return f"{r['ms']:.3f}" + (f" / {r['sync_ms']:.3f}" if r.get("sync_ms") else "")
+
+    head = ["N, H, V:"] + [", ".join(map(str, s)) for s in shapes]
+    synced = any("sync_x" in rec for per in ops.values() for rec in per.values())
+    protocol = ("bursts of back-to-back calls / single synchronized calls "
+                f"({run.get('sync_order', 'blocks')}: each method's calls after one of its own)"
+                if synced else "bursts of back-to-back calls")
+    command = "python -m tools.bench " + shlex.join(run.get("argv", []))
+    floors = [[{"gemm": "the floor, fwd: ms", "gemm_fb": "the floor, fwd+bwd: ms"}[g]]
+              + [gemm_ms(g, s) for s in shapes] for g in ("gemm", "gemm_fb")
+              if any((g, s) in floor for s in shapes)]
+    return "\n".join([
+        f"{run.get('device')}, torch {run.get('torch')}, {run.get('date')}, "
+        f"T = {run.get('temperature')}, {run.get('rounds')} rounds; `{command}`",
+        "",
+        f"x the floor of the same run (fwd: the bare bf16 GEMM, fwd+bwd: it and the two "
+        f"gradient GEMMs), {protocol}; median over the rounds:",
+        "",
+        markdown(head, cells(times) + floors),
+        "",
+        "Host time a call in ms (a burst's first calls) / peak extra memory in MiB (top-k: "
+        "beyond its outputs; fwd+bwd: the gradients included):",
+        "",
+        markdown(head, cells(host_memory)),
+    ]) + "\n"
+
 
 def add_arguments(p):
     p.add_argument("--shapes", nargs="*", default=None, help="N,H,V ...")
@@ -336,9 +424,18 @@ def add_arguments(p):
                    help="also time the top-k kernel's candidate configs at this shape")
     p.add_argument("--sweep-splits", default="", metavar="S,S,...",
                    help="with --sweep: also these vocab split counts (default config)")
+    p.add_argument("--table", default=None, metavar="RESULTS.json",
+                   help="print table.md of an earlier run's results.json and exit (no GPU, "
+                        "writes nothing)")
 
 
 def main(args, argv) -> int:
+    if args.table:  # before Run(): a read-only command makes no folder
+        try:
+            print(table(json.loads(open(args.table).read())), end="")
+        except (OSError, ValueError, KeyError) as err:
+            args.parser.error(f"--table {args.table}: not a distill results.json ({err})")
+        return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         args.parser.error("needs a CUDA GPU (--device cpu runs a smoke run without one)")
     if args.device == "cpu" and args.sweep:
@@ -365,5 +462,7 @@ def main(args, argv) -> int:
             run_shape(n, h, v, ks, args, clocks, results, log)
             if args.device == "cuda":
                 torch.cuda.empty_cache()
+    (run.out / "table.md").write_text(table({**meta, "results": results}))
+    log(table({**meta, "results": results}))
     log("done")
     return 0
