@@ -432,9 +432,13 @@ def add_arguments(p):
 def main(args, argv) -> int:
     if args.table:  # before Run(): a read-only command makes no folder
         try:
-            print(table(json.loads(open(args.table).read())), end="")
-        except (OSError, ValueError, KeyError) as err:
-            args.parser.error(f"--table {args.table}: not a distill results.json ({err})")
+            text = open(args.table).read()
+        except OSError as err:
+            args.parser.error(f"--table: cannot read {args.table} ({err.strerror})")
+        try:
+            print(table(json.loads(text)), end="")
+        except (ValueError, KeyError, TypeError) as err:
+            args.parser.error(f"--table {args.table}: not a distill results.json ({err!r})")
         return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         args.parser.error("needs a CUDA GPU (--device cpu runs a smoke run without one)")
