@@ -255,16 +255,21 @@ def test_distillation_table_refuses_what_is_not_a_distill_run(tmp_path, capsys):
     assert "not a distill results.json" in capsys.readouterr().err
 
 
-def test_distillation_benchmark_forward_only_with_the_invariance_variant(tmp_path):
+@pytest.mark.parametrize("phases", [["--phases", "fwd"], []])
+def test_distillation_benchmark_forward_only_with_the_invariance_variant(tmp_path, phases):
+    # forward-only methods, by --phases fwd or by the methods chosen: no 3-GEMM floor timed
     out = tmp_path / "ab"
     assert bench(["distill", "--device", "cpu", "--shapes", "64,32,512", "--ks", "4",
-                  "--rounds", "2", "--burst-ms", "2", "--heat-s", "0", "--phases", "fwd",
+                  "--rounds", "2", "--burst-ms", "2", "--heat-s", "0", *phases,
                   "--methods", "topk_ours", "--invariance-ab", "--out", str(out)]) == 0
     data = json.loads((out / "results.json").read_text())
     assert {r["method"] for r in data["results"] if "method" in r} == {"gemm"}
     row = next(r for r in data["results"] if r.get("k") == 4)
     assert {"topk_ours", "topk_ours_variant"} <= set(row) and "at_ours_fb" not in row
     assert row["topk_ours_variant"]["x_floor"] > 0
+    assert "top-k k = 4 fwd, not invariant" in (out / "table.md").read_text()
+    assert "the floor, fwd:" in (out / "table.md").read_text()
+    assert "the floor, fwd+bwd" not in (out / "table.md").read_text()
 
 
 def test_distillation_benchmark_against_a_baseline_copy_of_the_package(tmp_path):
