@@ -407,3 +407,19 @@ def test_the_readmes_gpu_commands_name_what_exists():
     assert len(commands) >= 5
     for line in commands:
         parser().parse_args(line.split())
+
+
+def test_the_readmes_one_run_tables_are_what_their_command_prints(capsys):
+    # README's tables of the distillation ops are a stored run's table.md: the
+    # `distill --table RESULTS` it names prints every row of them, as written there
+    import re
+    readme = (REPO / "README.md").read_text()
+    named = re.findall(r"`python -m tools\.bench distill --table (\S+)`", readme)
+    assert named
+    for results in named:
+        assert bench(["distill", "--table", str(REPO / results)]) == 0
+        rows = [line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("| ") and "---" not in line]
+        assert len(rows) > 10
+        missing = [row for row in rows if row not in readme]
+        assert not missing, f"README's table from {results} differs: {missing[:3]}"
