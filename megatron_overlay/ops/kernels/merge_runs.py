@@ -24,7 +24,7 @@ import triton.language as tl
 
 from ..topk_merge import PAD_ID
 from .launch import cdiv, launch, next_power_of_2
-from .merge_topk import _decode, _key
+from .merge_topk import NONE_KEY, _decode, _key
 
 # Heads a program holds (int64 keys, 8 a thread at 4 warps): rows a program = this // the
 # runs a row (a power of 2 >= k), so 32 rows at k = 32 and 256 programs at 8192 tokens;
@@ -39,7 +39,7 @@ def _run_key(cand_v_ptr, cand_i_ptr, src, slot, ok, V):
     value = tl.load(cand_v_ptr + src, mask=ok, other=float("-inf"))
     ids = tl.load(cand_i_ptr + src, mask=ok, other=0)
     ids = tl.where(ids < V, ids, V + slot)
-    return tl.where(ok, _key(value, ids), -9223372036854775807 - 1), value
+    return tl.where(ok, _key(value, ids), NONE_KEY), value
 
 
 @triton.jit
@@ -57,7 +57,6 @@ def merge_runs_kernel(cand_v_ptr, cand_i_ptr, out_v_ptr, out_i_ptr, N, V, K,
     ok = keep[:, None] & (run < K)[None, :]
     keys, heads = _run_key(cand_v_ptr, cand_i_ptr, row_base[:, None] + at, at, ok, V)
     nan_row = tl.max((heads != heads).to(tl.int32), axis=1) > 0  # run 0's head is real
-    none = -9223372036854775807 - 1
     out = rows.to(tl.int64) * K
     for i in range(K):
         best = tl.max(keys, axis=1)
@@ -65,7 +64,7 @@ def merge_runs_kernel(cand_v_ptr, cand_i_ptr, out_v_ptr, out_i_ptr, N, V, K,
         tl.store(out_v_ptr + out + i, value, mask=keep)
         tl.store(out_i_ptr + out + i, tl.where(key_id < V, key_id, PAD), mask=keep)
         # the chosen run's next candidate takes its head's place (keys differ: one head)
-        chosen = (keys == best[:, None]) & (best != none)[:, None]
+        chosen = (keys == best[:, None]) & (best != NONE_KEY)[:, None]
         at = tl.where(chosen, at + 1, at)
         # its next slot, where the run has one (a next slot is never slot 0: 0 is none)
         slot = tl.sum(tl.where(chosen & (at < end[None, :]), at, 0), axis=1)

@@ -43,6 +43,9 @@ SELECT_MIN_K = 24
 SELECT_ROWS = 2
 SELECT_ELEMENTS = 2048
 SELECT_WARPS = 2  # at least; 32 keys a thread up to 8
+# The key below every candidate's (-2^63: a real key's high half is a float's, whose
+# -inf / NaN are above INT32_MIN): places past a row's candidates, and taken keys.
+NONE_KEY = tl.constexpr(-9223372036854775807 - 1)
 
 
 @triton.jit
@@ -66,7 +69,7 @@ def _decode(keys, nan_row):
     key below every key (none: past a row's candidates) as -inf and id 2^32 - 1."""
     bits = (keys >> 32).to(tl.int32)
     bits = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    values = tl.where(keys == -9223372036854775807 - 1, float("-inf"),
+    values = tl.where(keys == NONE_KEY, float("-inf"),
                       bits.to(tl.float32, bitcast=True))
     return tl.where(nan_row, float("nan"), values), 0xFFFFFFFF - (keys & 0xFFFFFFFF)
 
@@ -94,8 +97,7 @@ def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, W, K, 
     nan_row = tl.max((values != values).to(tl.int32), axis=1) > 0
     ids = tl.where(ids < V, ids, V + w[None, :])  # unfilled slots: distinct keys too
     keys = _key(values, ids)
-    none = -9223372036854775807 - 1  # below every key
-    keys = tl.where(live, keys, none)
+    keys = tl.where(live, keys, NONE_KEY)
     out = rows.to(tl.int64) * K
     slots = tl.arange(0, KP)
     chosen = tl.zeros([BLOCK_R, KP], tl.int64)  # CODES: the tiles picked, in order
@@ -109,7 +111,7 @@ def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, W, K, 
             thr = value
         else:
             tl.store(out_i_ptr + out + i, tl.where(key_id < V, key_id, PAD), mask=rows < N)
-        keys = tl.where(keys == best[:, None], none, keys)
+        keys = tl.where(keys == best[:, None], NONE_KEY, keys)
     if CODES:
         _store_codes(part_i_ptr, out_i_ptr, chosen, thr, rows, out, N, V, K, stride_r,
                      stride_w, block_v, KP, PAD)
@@ -167,14 +169,13 @@ def select_tiles_kernel(tile_max_ptr, second_ptr, out_v_ptr, out_i_ptr, N, num_t
         room = K - tl.sum(above.to(tl.int32), axis=1)
         chosen = above | (tied & (tl.cumsum(tied.to(tl.int32), axis=1) <= room[:, None]))
     place = tl.cumsum(chosen.to(tl.int32), axis=1) - 1  # K places, in tile order
-    none = -9223372036854775807 - 1
-    keys = tl.where(live, _key(values, t[None, :]), none)
+    keys = tl.where(live, _key(values, t[None, :]), NONE_KEY)
     out = rows.to(tl.int64) * K
     tl.store(out_i_ptr + out[:, None] + place, keys, mask=chosen & keep[:, None])
     tl.debug_barrier()  # the other threads' stores, read back
     slots = tl.arange(0, KP)
     live = keep[:, None] & (slots < K)[None, :]
-    keys = tl.load(out_i_ptr + out[:, None] + slots[None, :], mask=live, other=none)
+    keys = tl.load(out_i_ptr + out[:, None] + slots[None, :], mask=live, other=NONE_KEY)
     tl.debug_barrier()  # every read done before the places are written again
     keys = tl.sort(keys, dim=1, descending=True)
     value, tile = _decode(keys, nan_row[:, None])  # none: tile 2^32 - 1, past every tile
