@@ -110,3 +110,20 @@ def test_triton_finalize_refuses_values_it_cannot_write_in_place():
     for values in (torch.zeros(3, 4).t(), torch.zeros(4, 3, dtype=torch.float64)):
         with pytest.raises(ValueError, match="values must be a contiguous float32"):
             triton_impl.finalize(stats, None, 10, -100, True, values=values)
+
+
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+def test_backward_takes_finalizes_row_flags_together(impl):
+    """``valid`` / ``bad`` are finalize's two flags: a backward given one alone refuses it
+    (the kernel reads both), before any work."""
+    if impl == "triton":
+        stage = pytest.importorskip("megatron_overlay.ops.kernels.triton_impl").backward
+    else:
+        from megatron_overlay.ops import torch_chunked
+        stage = torch_chunked.backward
+    h, w = torch.randn(4, 8), torch.randn(16, 8)
+    lse, g = torch.zeros(4), torch.ones(4)
+    flag = torch.ones(4, dtype=torch.bool)
+    for given, missing in (({"valid": flag}, "valid"), ({"bad": ~flag}, "bad")):
+        with pytest.raises(ValueError, match=f"pass both or neither \\(got {missing} alone"):
+            stage(h, w, torch.zeros(4, dtype=torch.int64), 1.0, lse, None, g, None, **given)

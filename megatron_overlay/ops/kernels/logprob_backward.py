@@ -239,6 +239,9 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     the 16-bit operand's (autotune_configs.MIXED_GRAD16_WITH_LO); split a piece at a time
     within the budget: the fp32 weight's vocab chunk, or the fp32 hidden states' token
     block."""
+    if (valid is None) != (bad is None):
+        raise ValueError("valid and bad are finalize's row flags: pass both or neither "
+                         f"(got {'bad' if valid is None else 'valid'} alone)")
     check_device(hidden, weight, *([] if local_labels is None else [local_labels]))
     rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
@@ -266,9 +269,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
         if need_d_weight else None
     hidden, weight = rowmajor(hidden), rowmajor(weight)
     has_entropy = grad_entropy is not None and mean_z is not None
-    flags = None if valid is None and bad is None else (
-        valid if valid is not None else torch.ones_like(bad),
-        bad if bad is not None else torch.zeros_like(valid))
+    flags = None if valid is None else (valid, bad)
     f32 = lambda t: t.to(torch.float32).contiguous()  # noqa: E731
     lse, g_lp = f32(lse), f32(grad_logprob)
     mean_z = f32(mean_z) if has_entropy else lse
@@ -283,12 +284,11 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     if mma == torch.float16:
         # of the gradients as the kernel takes them (flags), a bad row's NaN left out: it
         # makes that row's d_hidden NaN, not every row's through the scale
-        def taken(g, zero):  # g as the kernel takes it, 0 in the rows ``zero`` marks
-            return g if zero is None else torch.where(zero, 0.0, g)
-
-        unscale = taken(taken(g_lp, None if valid is None else ~valid), bad).abs().amax()
+        taken_lp = g_lp if flags is None else torch.where(valid & ~bad, g_lp, 0.0)
+        unscale = taken_lp.abs().amax()
         if has_entropy:
-            unscale = unscale + taken(g_ent, None if valid is None else ~valid).abs().amax()
+            taken_ent = g_ent if flags is None else torch.where(valid, g_ent, 0.0)
+            unscale = unscale + taken_ent.abs().amax()
         unscale = unscale.clamp_min(1e-30).reshape(1)
         scale = (1.0 / unscale).contiguous()
     else:
