@@ -166,6 +166,7 @@ distill)
     ${SHAPES:+--shapes $SHAPES} ${METHODS:+--methods "$METHODS"} \
     ${BASE:+--baseline "$BASE"} --out "$OUT/distill" 2>&1 |
     grep -E "k=|gemm|logprob|done" | tail -80
+  [ -f "$OUT/distill/table.md" ] && cat "$OUT/distill/table.md"  # the run's tables
   [ "${OP:-0}" = 0 ] || bench op --sync --methods gemm,${BASE:+base,}ours \
     --rounds ${ROUNDS:-5} ${BASE:+--baseline "$BASE"} --no-grad-check --out "$OUT/op" 2>&1 |
     tail -12

@@ -466,9 +466,10 @@ def main(args, argv) -> int:
             results.extend(sweep(n, h, v, k, args, clocks, log, split_counts))
         for n, h, v in shapes:
             run_shape(n, h, v, ks, args, clocks, results, log)
+            # after each shape: a run cut short (a device call's time limit) keeps its table
+            (run.out / "table.md").write_text(table({**meta, "results": results}))
             if args.device == "cuda":
                 torch.cuda.empty_cache()
-    (run.out / "table.md").write_text(table({**meta, "results": results}))
     log(table({**meta, "results": results}))
     log("done")
     return 0
