@@ -124,6 +124,9 @@ def record(bad: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     Triton ``finalize``'s); ``_raise_if_bad`` reduces them."""
     ids = labels.reshape(-1).to(torch.int64)
     bad = bad.reshape(-1)
+    if not bad.numel():  # no tokens: a clean record (amin / amax have nothing to reduce)
+        return torch.tensor([[0, _I64_MAX, -_I64_MAX, 0]], dtype=torch.int64,
+                            device=bad.device)
     return torch.stack([
         bad.sum(dtype=torch.int64),
         torch.where(bad, ids, _I64_MAX).amin(),

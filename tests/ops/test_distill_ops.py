@@ -178,3 +178,25 @@ def test_bad_temperatures_raise_in_both_ops(temperature, error, text):
     with pytest.raises(error, match=text):
         linear_logprobs_at(hidden, weight, torch.zeros(4, 2, dtype=torch.int64),
                            temperature=temperature)
+
+
+@pytest.mark.parametrize("op", ["logprob", "at", "topk_labels"])
+def test_zero_tokens_give_empty_outputs_and_zero_gradients(op):
+    """A rank or microbatch with no tokens: empty outputs, zero gradients, no error (the
+    label record of no labels was a reduction of nothing)."""
+    from megatron_overlay.ops import linear_logprob_entropy
+    h = torch.randn(0, 16, requires_grad=True)
+    w = torch.randn(900, 16, requires_grad=True)
+    none = torch.zeros(0, dtype=torch.long)
+    if op == "logprob":
+        outs = linear_logprob_entropy(h, w, none, temperature=0.7)
+    elif op == "at":
+        outs = (linear_logprobs_at(h, w, torch.zeros(0, 3, dtype=torch.long), temperature=0.7,
+                                   return_entropy=True))
+    else:
+        got = linear_topk_logprobs(h, w, 4, temperature=0.7, labels=none, return_entropy=True)
+        outs = (got.topk_log_probs, got.log_probs, got.entropy)
+        assert got.topk_ids.shape == (0, 4)
+    assert all(o.shape[0] == 0 for o in outs)
+    sum(o.sum() for o in outs).backward()
+    assert h.grad.shape == (0, 16) and w.grad.shape == (900, 16) and not w.grad.any()
