@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from . import forward_only, label_check
+from .first_order import first_order
 from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
@@ -53,6 +54,7 @@ class LinearLogprobEntropy(torch.autograd.Function):
         return log_probs, entropy
 
     @staticmethod
+    @first_order  # lse / mean_z are saved as constants: no second-order gradient
     def backward(ctx, grad_log_probs, grad_entropy):
         hidden, weight, local_labels, lse, mean_z, valid, bad = ctx.saved_tensors
         # the rows' gradients as they come; the stage zeroes ignored rows' and makes bad

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from . import forward_only, label_check
+from .first_order import first_order
 from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
@@ -80,6 +81,7 @@ class LinearLogprobsAt(torch.autograd.Function):
         return log_probs, entropy
 
     @staticmethod
+    @first_order  # lse / mean_z are saved as constants: no second-order gradient
     def backward(ctx, grad_log_probs, grad_entropy):
         hidden, weight, local_ids, lse, mean_z, bad_rows = ctx.saved_tensors
         if grad_log_probs is None:

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from . import forward_only, label_check
+from .first_order import first_order
 from .linear_logprobs_at import backward_at_ids
 from .params import LogprobParams
 from .stages import pick_topk_impl
@@ -99,6 +100,7 @@ class LinearTopkLogprobs(torch.autograd.Function):
         return ids, topk_log_probs, log_probs, entropy
 
     @staticmethod
+    @first_order  # lse / mean_z are saved as constants: no second-order gradient
     def backward(ctx, _grad_ids, grad_topk, grad_log_probs, grad_entropy):
         hidden, weight, local_ids, lse, mean_z, valid, bad = ctx.saved_tensors
         n, k = hidden.shape[0], local_ids.shape[1] - ctx.has_labels

@@ -200,3 +200,36 @@ def test_zero_tokens_give_empty_outputs_and_zero_gradients(op):
     assert all(o.shape[0] == 0 for o in outs)
     sum(o.sum() for o in outs).backward()
     assert h.grad.shape == (0, 16) and w.grad.shape == (900, 16) and not w.grad.any()
+
+
+@pytest.mark.parametrize("op", ["logprob", "at", "topk"])
+def test_second_order_gradients_raise(op):
+    """The backward treats the saved lse / E[z] as constants: a graph through it
+    (create_graph=True) would give wrong second derivatives, so it raises, naming why;
+    the first-order gradient of the same call is unchanged."""
+    from megatron_overlay.ops import linear_logprob_entropy
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(6, 8, generator=gen, requires_grad=True)
+    w = torch.randn(40, 8, generator=gen, requires_grad=True)
+    ids = torch.randint(0, 40, (6, 3), generator=gen)
+
+    def loss():
+        if op == "logprob":
+            return linear_logprob_entropy(h, w, ids[:, 0], temperature=0.7)[0].sum()
+        if op == "at":
+            return linear_logprobs_at(h, w, ids, temperature=0.7)[0].sum()
+        return linear_topk_logprobs(h, w, 3, temperature=0.7).topk_log_probs.sum()
+
+    with pytest.raises(RuntimeError, match="first-order gradients only.*create_graph=True"):
+        torch.autograd.grad(loss(), w, create_graph=True)
+    (g,) = torch.autograd.grad(loss(), w)
+    ref_w = w.detach().double().requires_grad_()
+    logp = torch.log_softmax(h.detach().double() @ ref_w.T / 0.7, dim=-1)
+    if op == "logprob":
+        ref = logp.gather(1, ids[:, :1]).sum()
+    elif op == "at":
+        ref = logp.gather(1, ids).sum()
+    else:
+        ref = logp.topk(3, dim=1).values.sum()
+    (g_ref,) = torch.autograd.grad(ref, ref_w)
+    assert (g.double() - g_ref).abs().max() < 1e-5
