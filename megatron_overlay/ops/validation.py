@@ -50,6 +50,9 @@ def validate_matrices(hidden, weight) -> None:
     if hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"hidden size mismatch: hidden is {tuple(hidden.shape)}, weight is "
                          f"{tuple(weight.shape)}; weight must be [vocab, {hidden.shape[1]}]")
+    if weight.device != hidden.device:
+        raise ValueError(f"hidden is on {hidden.device} but weight is on {weight.device}; "
+                         f"move one, e.g. weight.to(hidden.device)")
 
 
 def validate_token_ids(token_ids, n_tokens: int, vocab_size: int, device, name="token_ids",

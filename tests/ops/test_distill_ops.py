@@ -233,3 +233,17 @@ def test_second_order_gradients_raise(op):
         ref = logp.topk(3, dim=1).values.sum()
     (g_ref,) = torch.autograd.grad(ref, ref_w)
     assert (g.double() - g_ref).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("op", ["logprob", "at", "topk"])
+def test_weight_on_another_device_is_refused(op):
+    """hidden and weight on different devices: a ValueError naming both (the at-ids and
+    top-k ops ran on a meta weight and returned garbage)."""
+    from megatron_overlay.ops import linear_logprob_entropy
+    h, w = torch.randn(4, 8), torch.randn(16, 8, device="meta")
+    ids = torch.randint(0, 16, (4, 2))
+    call = {"logprob": lambda: linear_logprob_entropy(h, w, ids[:, 0]),
+            "at": lambda: linear_logprobs_at(h, w, ids),
+            "topk": lambda: linear_topk_logprobs(h, w, 2)}[op]
+    with pytest.raises(ValueError, match="hidden is on cpu but weight is on meta"):
+        call()
