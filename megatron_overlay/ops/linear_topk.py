@@ -39,18 +39,24 @@ class TopkLogprobs(NamedTuple):
     entropy: torch.Tensor | None = None    # [N] fp32 (return_entropy)
 
 
+# A shard's unfilled places (PAD_ID) travel as this id, exact in fp64 and above any vocab id
+_PAD_IN_FP64 = 2 ** 53
+
+
 def _merge_shards(values: torch.Tensor, ids: torch.Tensor, k: int, tp_group):
     """Every shard's [N, k] top-k -> the global one, with one all-gather (values and ids
-    packed as fp64: fp32 values and ids < 2^53 are exact there)."""
+    packed as fp64: fp32 values and ids < 2^53 are exact there; PAD_ID as 2^53, which
+    fp64 -> int64 would otherwise turn into -2^63, an id below every other)."""
     world = dist.get_world_size(tp_group)
-    packed = torch.cat([values.double(), ids.double()], dim=1)
+    packed = torch.cat([values.double(), ids.clamp(max=_PAD_IN_FP64).double()], dim=1)
     flat = torch.empty((world * packed.shape[0], packed.shape[1]), dtype=packed.dtype,
                        device=packed.device)
     dist.all_gather_into_tensor(flat, packed.contiguous(), group=tp_group)
     gathered = flat.view(world, values.shape[0], 2 * k).permute(1, 0, 2)  # [N, world, 2k]
     all_values = gathered[..., :k].reshape(values.shape[0], world * k).float()
     all_ids = gathered[..., k:].reshape(values.shape[0], world * k).long()
-    return order_candidates(all_values, all_ids, k)
+    values, ids = order_candidates(all_values, all_ids, k)
+    return values, torch.where(ids == _PAD_IN_FP64, PAD_ID, ids)
 
 
 class LinearTopkLogprobs(torch.autograd.Function):

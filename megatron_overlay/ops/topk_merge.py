@@ -12,6 +12,14 @@ import torch
 PAD_ID = torch.iinfo(torch.int64).max
 
 
+def _sort_key(values: torch.Tensor) -> torch.Tensor:
+    """The values as they rank: NaN as -inf (as the Triton merges' keys), +-inf kept
+    (``nan_to_num``'s defaults would make -inf the least finite float, above a NaN: a
+    padded place then ranked above a NaN row's real candidates)."""
+    return torch.nan_to_num(values, nan=float("-inf"), posinf=float("inf"),
+                            neginf=float("-inf"))
+
+
 def order_candidates(values: torch.Tensor, ids: torch.Tensor, k: int):
     """The best ``k`` of each row's candidates, [n, c] -> [n, k], in the order above.
 
@@ -20,7 +28,7 @@ def order_candidates(values: torch.Tensor, ids: torch.Tensor, k: int):
     """
     by_id = ids.argsort(dim=1, stable=True)
     values, ids = values.gather(1, by_id), ids.gather(1, by_id)
-    key = torch.nan_to_num(values, nan=float("-inf"))
+    key = _sort_key(values)
     by_value = key.argsort(dim=1, descending=True, stable=True)[:, :k]
     return values.gather(1, by_value), ids.gather(1, by_value)
 
@@ -31,7 +39,7 @@ def tile_topk(z: torch.Tensor, k: int, id_offset: int):
     arbitrarily among equal values at the k-th place; the ties are settled here."""
     n, width = z.shape
     kk = min(k, width)
-    key = torch.nan_to_num(z, nan=float("-inf"))
+    key = _sort_key(z)
     kth = key.topk(kk, dim=1).values[:, -1:]
     above = key > kth
     tied = key == kth
@@ -40,8 +48,7 @@ def tile_topk(z: torch.Tensor, k: int, id_offset: int):
     chosen = above | (tied & (tied.cumsum(dim=1) <= room))
     cols = chosen.nonzero()[:, 1].view(n, kk)  # ascending columns per row
     values = z.gather(1, cols)
-    by_value = torch.nan_to_num(values, nan=float("-inf")).argsort(dim=1, descending=True,
-                                                                   stable=True)
+    by_value = _sort_key(values).argsort(dim=1, descending=True, stable=True)
     return values.gather(1, by_value), cols.gather(1, by_value) + id_offset
 
 

@@ -247,3 +247,51 @@ def test_weight_on_another_device_is_refused(op):
             "topk": lambda: linear_topk_logprobs(h, w, 2)}[op]
     with pytest.raises(ValueError, match="hidden is on cpu but weight is on meta"):
         call()
+
+
+def test_order_candidates_puts_padding_after_a_nan_rows_candidates():
+    # a NaN row (invalid temperature, NaN hidden) ranks its values as -inf, ties to the
+    # lower id; a padded place (-inf, PAD_ID) stays after them (nan_to_num's default made
+    # -inf the least finite float, above the NaNs)
+    from megatron_overlay.ops.topk_merge import PAD_ID
+    nan, inf = float("nan"), float("inf")
+    values = torch.tensor([[nan, -inf, nan, nan], [2.0, -inf, 1.0, -inf]])
+    ids = torch.tensor([[7, PAD_ID, 3, 5], [4, PAD_ID, 9, 2]])
+    got_v, got_i = order_candidates(values, ids, 4)
+    assert got_i.tolist() == [[3, 5, 7, PAD_ID], [4, 9, 2, PAD_ID]]
+    assert got_v[0, :3].isnan().all() and got_v[1].tolist() == [2.0, 1.0, -inf, -inf]
+
+
+def _tp_nan_row_worker(rank, port, result):
+    import os
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        h, w = torch.randn(3, 16, generator=gen), torch.randn(10, 16, generator=gen)
+        h[1] = float("nan")
+        tp = linear_topk_logprobs(h, w[rank * 5:(rank + 1) * 5], 7, tp_group=dist.group.WORLD)
+        one = linear_topk_logprobs(h, w, 7)
+        assert torch.equal(tp.topk_ids, one.topk_ids), (tp.topk_ids, one.topk_ids)
+        assert tp.topk_log_probs[1].isnan().all()
+        result[rank] = "ok"
+    except Exception as e:  # reported by the parent
+        result[rank] = f"{type(e).__name__}: {e}"
+    finally:
+        dist.destroy_process_group()
+
+
+def test_tp2_gloo_topk_of_a_nan_row_matches_tp1():
+    """k = 7 over two shards of 5 ids: each shard pads its list; a NaN row's ids were
+    the pads', as -2^63 (PAD_ID through the fp64 all-gather), ahead of its real ids."""
+    import torch.multiprocessing as mp
+
+    from megatron_overlay.model_builder import free_port
+
+    result = mp.Manager().dict()
+    mp.spawn(_tp_nan_row_worker, args=(free_port(), result), nprocs=2)
+    assert dict(result) == {0: "ok", 1: "ok"}
