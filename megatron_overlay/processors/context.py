@@ -4,7 +4,9 @@ A processor declares the keys it accepts, with their defaults, and calls :func:`
 
     values = read_context(context, {"temperature": 1.0, "k": REQUIRED}, "fused_topk")
 
-The context may be None (all defaults), a mapping, or any object with attributes.
+The context may be None (all defaults), a mapping, or any object with attributes; a
+value (a number, string, sequence, set or tensor: ``output_processor_context=0.7``) is a
+``TypeError``, where it would otherwise run at every default.
 A *mapping* is the caller's own spelling of the options, so an unknown key is an error (a
 misspelled ``"temprature"`` would otherwise run silently at the default); an *object* — a
 framework's config dataclass, say verl's — may carry any other attributes, and only the
@@ -15,7 +17,10 @@ accepted ones are read. Values are returned as given: the processor's options ob
 from __future__ import annotations
 
 import difflib
-from typing import Any, Mapping
+import numbers
+import sys
+from collections.abc import Set
+from typing import Any, Mapping, Sequence
 
 
 class _Required:
@@ -30,6 +35,12 @@ def read_context(context: Any, accepted: Mapping[str, Any], processor: str) -> d
     """``{key: value}`` for every key in ``accepted``: the context's value or the default."""
     if context is None:
         values = {}
+    elif _is_value(context):
+        # e.g. output_processor_context=0.7: read as an object it has no attribute
+        # "temperature", and the call would run at T = 1 without a word
+        raise TypeError(f"{processor}: output_processor_context must be None, a mapping "
+                        f"(e.g. {{'temperature': 0.7}}) or an object with attributes (e.g. "
+                        f"a dataclass), got {type(context).__name__} {context!r:.60}")
     elif isinstance(context, Mapping):
         unknown = [key for key in context if key not in accepted]
         if unknown:
@@ -44,6 +55,17 @@ def read_context(context: Any, accepted: Mapping[str, Any], processor: str) -> d
                          f"{', '.join(map(repr, missing))}; accepted keys: "
                          f"{_describe(accepted)}")
     return {key: values.get(key, default) for key, default in accepted.items()}
+
+
+def _is_value(context: Any) -> bool:
+    """A number, string, sequence, set or tensor: a value, not options (a named tuple has
+    its options as attributes)."""
+    if isinstance(context, tuple) and hasattr(context, "_fields"):
+        return False
+    if isinstance(context, (numbers.Number, str, bytes, Sequence, Set)):
+        return True
+    torch = sys.modules.get("torch")  # a tensor exists only where torch is imported
+    return torch is not None and isinstance(context, torch.Tensor)
 
 
 def _describe(accepted: Mapping[str, Any]) -> str:

@@ -77,3 +77,29 @@ def test_the_builtin_processors_use_it_before_any_work():
     # fused_ce_loss computes no entropy, so return_entropy is not one of its keys
     with pytest.raises(ValueError, match=r"fused_ce_loss: .*'return_entropy'"):
         fused_ce_loss(context={"return_entropy": False}, **kwargs)
+
+
+@pytest.mark.parametrize("context", [0.7, 1, "temperature", [("temperature", 0.7)],
+                                     ("temperature", 0.7), {"temperature"}, b"x"])
+def test_a_value_is_not_a_context(context):
+    """output_processor_context=0.7 (or a list of pairs): not options; read as an object it
+    would have no attribute and run at T = 1."""
+    with pytest.raises(TypeError, match="output_processor_context must be None, a mapping"):
+        read_context(context, ACCEPTED, "fused_logprob")
+
+
+def test_a_tensor_is_not_a_context():
+    import torch
+    with pytest.raises(TypeError, match="got Tensor"):
+        read_context(torch.full((4,), 0.7), ACCEPTED, "fused_logprob")
+
+
+def test_a_named_tuple_is_an_object_with_attributes():
+    from typing import NamedTuple
+
+    class Options(NamedTuple):
+        temperature: float
+        batch: int
+
+    got = read_context(Options(0.6, 4), ACCEPTED, "fused_logprob")
+    assert got == {"temperature": 0.6, "return_entropy": True, "ignore_index": -100}
