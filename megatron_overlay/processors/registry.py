@@ -46,6 +46,9 @@ def register(name: str):
         raise ValueError(f"processor name must be a non-empty string, got {name!r}")
 
     def decorator(func: OutputProcessor) -> OutputProcessor:
+        if not callable(func):  # as resolve() would hand it to the core to call
+            raise TypeError(f"output processor {name!r} must be callable (a function taking "
+                            f"the hook's keywords), got {type(func).__name__}")
         existing = _registered(name)
         if existing is not None and existing is not func:
             raise ValueError(f"output processor {name!r} is already registered ({existing!r})")

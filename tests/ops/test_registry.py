@@ -72,6 +72,10 @@ def test_register_and_conflicts():
         processors.register("tests.echo")(lambda **kw: None)
     with pytest.raises(ValueError, match="non-empty string"):
         processors.register("")
+    for not_callable in (42, None, "tests.echo"):  # refused, nothing registered
+        with pytest.raises(TypeError, match="'tests.other' must be callable"):
+            processors.register("tests.other")(not_callable)
+    assert "tests.other" not in processors.available()
 
 
 def _fake_distribution(site, dist_name: str, module: str, source: str, entries: dict) -> None:
