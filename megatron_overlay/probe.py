@@ -115,7 +115,8 @@ def _raise_missing_hook(model) -> None:
     elif st.state == patching.UNSUPPORTED:
         fix = ("install a supported release (megatron-core 0.12.0-0.19.2) and run "
                "`megatron-overlay patch`")
-    elif _hooked_class(model, st) is None and st.patch_set and not st.name_lookup:
+    elif (_hooked_class(model, st) is None and st.patch_set and not st.name_lookup
+          and _class_in(model, _patch_set_models(st))):  # a class the patch set hooks
         others = [c for c in _patch_set_models(st) if c != "GPTModel"]
         fix = (f"run `megatron-overlay patch` in this environment: upstream megatron-core "
                f"{st.release} has the hook on GPTModel only, and the overlay's patch set "
@@ -136,6 +137,11 @@ def _patch_set_models(st) -> list[str]:
 
     patch_set = match_patch_set(st.release, lambda rel: sha256_of(Path(st.site) / rel))
     return [cls for cls, _ in patch_set.models] if patch_set else []
+
+
+def _class_in(model, names) -> bool:
+    """The model is (a subclass of) one of the classes ``names``."""
+    return any(c.__name__ in names for c in type(model).__mro__)
 
 
 def _hooked_class(model, st) -> str | None:

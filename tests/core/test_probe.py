@@ -43,6 +43,19 @@ def answers(asked) -> dict:
     return {form: by_model["gpt"] for form, by_model in asked.items()}
 
 
+def test_a_wrapped_model_is_sent_to_the_megatron_model_itself(asked, trees):
+    """A wrapper's forward (DDP's, say) has no hook keywords of its own: the fix is to ask
+    about the model inside, on every core; on a native one not "run patch", which
+    back-ports the hook to the hybrid class only and would not change the answer."""
+    for form in ("upstream", "patched"):
+        kind, message = asked[form]["wrapped_gpt"]["probe"]
+        assert kind == "RuntimeError", (form, message)
+        if patching.status(trees[form]).state == patching.UNPATCHED:
+            continue  # a pre-0.18 upstream core: the patch comes first
+        assert "Call it on the megatron model itself" in message, (form, message)
+        assert "has the hook on GPTModel only" not in message, (form, message)
+
+
 def test_hybrid_model_probe_passes_exactly_when_its_forward_works(asked):
     for form, by_model in asked.items():
         cases = by_model["hybrid"]

@@ -6,7 +6,8 @@ the same calls.
 Which megatron is imported is decided by PYTHONPATH (an upstream or a patched tree). For
 each model ("gpt", "hybrid") and processor (none, the ``fused_logprob`` callable, the name
 ``"fused_logprob"``, an unknown name) it prints, in one JSON line, what the probe raised
-and what the model's forward itself then did with that processor.
+and what the model's forward itself then did with that processor; and ("wrapped_gpt")
+what the probe says of the GPTModel inside a wrapper module.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ def main() -> None:
 
     model_builder.init_distributed(0, 1, model_builder.free_port(), 1)
     results = {}
+    models = {}
     for kind in ("gpt", "hybrid"):
         cfg = model_builder.ModelConfig(model=kind)
-        model = model_builder.build_model(cfg)
+        model = models[kind] = model_builder.build_model(cfg)
         input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg)
         results[kind] = {}
         for case, processor in [("none", None), ("callable", fused_logprob),
@@ -48,6 +50,20 @@ def main() -> None:
                 "forward": _outcome(lambda: model(input_ids, position_ids, mask, labels=labels,
                                                   **hook)),
             }
+    # a wrapper (as DDP is) whose forward passes everything on: the probe reads the
+    # forward's signature, so it sends the caller to the megatron model itself
+    import torch
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, *args, **kwargs):
+            return self.module(*args, **kwargs)
+
+    results["wrapped_gpt"] = {"probe": _outcome(lambda: require_output_processor(
+        Wrapper(models["gpt"]), processor=fused_logprob))}
     print(json.dumps(results))
     model_builder.shutdown()
 
