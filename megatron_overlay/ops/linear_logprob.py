@@ -45,7 +45,8 @@ class LinearLogprobEntropy(torch.autograd.Function):
             stats, labels, vocab, params.ignore_index, params.return_entropy,
             record_alloc=label_check.host_record if hidden.is_cuda else None)
         if hidden.is_cuda:
-            label_check.defer_record(record, labels, vocab, params.ignore_index)
+            label_check.defer_record(record, labels, vocab, params.ignore_index,
+                                         params.token_layout)
 
         ctx.params, ctx.tp_group, ctx.tp, ctx.impl = params, tp_group, tp, impl
         ctx.inv_t = inv_t  # a float, or an fp32 [N] tensor (not an autograd input)

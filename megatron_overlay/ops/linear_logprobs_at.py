@@ -65,7 +65,8 @@ class LinearLogprobsAt(torch.autograd.Function):
             token_ids, vocab_start, weight.shape[0], weight.shape[0] * world,
             record_alloc=label_check.host_record if hidden.is_cuda else None)
         if hidden.is_cuda:
-            label_check.defer_ids(record, token_ids, weight.shape[0] * world)
+            label_check.defer_ids(record, token_ids, weight.shape[0] * world,
+                                  layout=params.token_layout)
         z_at = impl.logits_at(hidden, weight, local_ids, inv_t, logits_dtype=params.logits_dtype)
         if tp:
             stats = gather_stats(stats, tp_group)

@@ -60,7 +60,8 @@ def fused_topk_logprobs(
     flat = flatten_inputs(hidden_states, output_layer, output_weight, scale_logits,
                           params.temperature)
     params = replace(params, temperature=flat.temperature,
-                     return_entropy=params.return_entropy and labels is not None)
+                     return_entropy=params.return_entropy and labels is not None,
+                     token_layout=(flat.seq, flat.batch))  # errors name [b, s] places
     flat_labels = None
     if labels is not None:
         if labels.shape != (flat.batch, flat.seq):

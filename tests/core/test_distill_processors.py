@@ -113,6 +113,8 @@ ERRORS = {
                                   "'token_ids'"),
     "ids_too_big": ("ValueError", "token_ids out of range: ids must lie in [0, 128)"),
     "ids_negative": ("ValueError", "token_ids out of range"),
+    "ids_one_bad": ("ValueError", "first at [batch 1, position 2])"),
+    "topk_label_one_bad": ("ValueError", "first at [batch 0, position 5])"),
     "ids_shape": ("ValueError", "token_ids must be [batch, seq, k]"),
     "ids_dtype": ("TypeError", "token_ids must be an int64 tensor"),
     "at_unknown_key": ("ValueError", "fused_logprobs_at: unknown output_processor_context "

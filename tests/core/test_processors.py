@@ -95,6 +95,7 @@ ERRORS = {
     "str_temperature": ("TypeError", "temperature must be a float"),
     "label_too_big": ("ValueError", "labels out of range"),
     "label_negative": ("ValueError", "labels out of range"),
+    "label_one_bad": ("ValueError", "first at [batch 1, position 2])"),
     "label_shape": ("ValueError", "labels must be [batch, seq]"),
     "label_dtype": ("TypeError", "labels must be an int64 tensor"),
     "unknown_name": ("ValueError", "known: fused_ce_loss, fused_logprob, fused_logprobs_at, "

@@ -205,6 +205,10 @@ def collect_errors(cfg: model_builder.ModelConfig) -> dict:
         "ids_missing": (at, {}),
         "ids_too_big": (at, {"token_ids": ids + v}),
         "ids_negative": (at, {"token_ids": ids - v}),
+        "ids_one_bad": (at, {"token_ids": ids.clone().index_put_(
+            (torch.tensor([1]), torch.tensor([2]), torch.tensor([1])), torch.tensor(v))}),
+        "topk_label_one_bad": (topk, {"k": 2}, labels.clone().index_put_(
+            (torch.tensor([0]), torch.tensor([5])), torch.tensor(-7))),
         "ids_shape": (at, {"token_ids": ids[:, :-1]}),
         "ids_dtype": (at, {"token_ids": ids.float()}),
         "at_unknown_key": (at, {"token_ids": ids, "k": 3}),
@@ -218,10 +222,10 @@ def collect_errors(cfg: model_builder.ModelConfig) -> dict:
         "logprob_temperature_shape": ("fused_logprob", {"temperature": torch.ones(b + 1)}),
     }
     errors = {}
-    for name, (processor, ctx) in cases.items():
+    for name, (processor, ctx, *own_labels) in cases.items():  # a case's own labels
         try:
-            model(input_ids, position_ids, mask, labels=labels, output_processor=processor,
-                  output_processor_context=ctx)
+            model(input_ids, position_ids, mask, labels=own_labels[0] if own_labels else labels,
+                  output_processor=processor, output_processor_context=ctx)
             errors[name] = ("no error", "")
         except (ValueError, TypeError) as err:
             errors[name] = (type(err).__name__, str(err))

@@ -166,6 +166,9 @@ def collect_errors(cfg: model_builder.ModelConfig) -> dict:
         "str_temperature": dict(labels=labels, ctx={"temperature": "hot"}),
         "label_too_big": dict(labels=labels.clone().fill_(cfg.vocab + 5), ctx=None),
         "label_negative": dict(labels=labels.clone().fill_(-3), ctx=None),
+        # one bad label at [batch 1, position 2]: the ops' rows run position-major
+        "label_one_bad": dict(labels=labels.clone().index_put_(
+            (torch.tensor([1]), torch.tensor([2])), torch.tensor(cfg.vocab + 5)), ctx=None),
         "label_shape": dict(labels=labels[:, :-1], ctx=None),
         "label_dtype": dict(labels=labels.float(), ctx=None),
         "unknown_name": dict(labels=labels, ctx=None, processor="no_such_processor"),
