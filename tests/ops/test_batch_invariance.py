@@ -96,37 +96,22 @@ def test_switch_off_keeps_unpadded_tiles(monkeypatch):
     torch.testing.assert_close(on, off, rtol=1e-5, atol=1e-5)
 
 
-def _tp_worker(rank, port, result):
-    import os
-
+def _tp_same_bits(rank):
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    try:
-        hidden, weight, labels = _inputs()
-        shard = weight[rank * V // 2:(rank + 1) * V // 2]
-        group = dist.group.WORLD
-        ref_lp, ref_ent = linear_logprob_entropy(hidden, shard, labels, temperature=0.7,
-                                                 tp_group=group)
-        for n, start in ((1, 0), (7, 3), (1029, 50)):
-            sl = slice(start, start + n)
-            lp, ent = linear_logprob_entropy(hidden[sl], shard, labels[sl], temperature=0.7,
+    hidden, weight, labels = _inputs()
+    shard = weight[rank * V // 2:(rank + 1) * V // 2]
+    group = dist.group.WORLD
+    ref_lp, ref_ent = linear_logprob_entropy(hidden, shard, labels, temperature=0.7,
                                              tp_group=group)
-            assert torch.equal(lp, ref_lp[sl]) and torch.equal(ent, ref_ent[sl]), (n, start)
-        result[rank] = "ok"
-    except Exception as e:  # reported by the parent
-        result[rank] = f"{type(e).__name__}: {e}"
-    finally:
-        dist.destroy_process_group()
+    for n, start in ((1, 0), (7, 3), (1029, 50)):
+        sl = slice(start, start + n)
+        lp, ent = linear_logprob_entropy(hidden[sl], shard, labels[sl], temperature=0.7,
+                                         tp_group=group)
+        assert torch.equal(lp, ref_lp[sl]) and torch.equal(ent, ref_ent[sl]), (n, start)
 
 
 def test_tp2_gloo_same_bits_whatever_n_and_position():
-    import torch.multiprocessing as mp
+    from tests.support.gloo_pair import run_on_two_ranks
 
-    from megatron_overlay.model_builder import free_port
-
-    result = mp.Manager().dict()
-    mp.spawn(_tp_worker, args=(free_port(), result), nprocs=2)
-    assert dict(result) == {0: "ok", 1: "ok"}
+    run_on_two_ranks(_tp_same_bits)

@@ -262,36 +262,21 @@ def test_order_candidates_puts_padding_after_a_nan_rows_candidates():
     assert got_v[0, :3].isnan().all() and got_v[1].tolist() == [2.0, 1.0, -inf, -inf]
 
 
-def _tp_nan_row_worker(rank, port, result):
-    import os
-
+def _tp_nan_row(rank):
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    try:
-        gen = torch.Generator().manual_seed(0)
-        h, w = torch.randn(3, 16, generator=gen), torch.randn(10, 16, generator=gen)
-        h[1] = float("nan")
-        tp = linear_topk_logprobs(h, w[rank * 5:(rank + 1) * 5], 7, tp_group=dist.group.WORLD)
-        one = linear_topk_logprobs(h, w, 7)
-        assert torch.equal(tp.topk_ids, one.topk_ids), (tp.topk_ids, one.topk_ids)
-        assert tp.topk_log_probs[1].isnan().all()
-        result[rank] = "ok"
-    except Exception as e:  # reported by the parent
-        result[rank] = f"{type(e).__name__}: {e}"
-    finally:
-        dist.destroy_process_group()
+    gen = torch.Generator().manual_seed(0)
+    h, w = torch.randn(3, 16, generator=gen), torch.randn(10, 16, generator=gen)
+    h[1] = float("nan")
+    tp = linear_topk_logprobs(h, w[rank * 5:(rank + 1) * 5], 7, tp_group=dist.group.WORLD)
+    one = linear_topk_logprobs(h, w, 7)
+    assert torch.equal(tp.topk_ids, one.topk_ids), (tp.topk_ids, one.topk_ids)
+    assert tp.topk_log_probs[1].isnan().all()
 
 
 def test_tp2_gloo_topk_of_a_nan_row_matches_tp1():
     """k = 7 over two shards of 5 ids: each shard pads its list; a NaN row's ids were
     the pads', as -2^63 (PAD_ID through the fp64 all-gather), ahead of its real ids."""
-    import torch.multiprocessing as mp
+    from tests.support.gloo_pair import run_on_two_ranks
 
-    from megatron_overlay.model_builder import free_port
-
-    result = mp.Manager().dict()
-    mp.spawn(_tp_nan_row_worker, args=(free_port(), result), nprocs=2)
-    assert dict(result) == {0: "ok", 1: "ok"}
+    run_on_two_ranks(_tp_nan_row)
