@@ -142,8 +142,10 @@ def build(release: str, source: Path, out_dir: Path) -> Path:
     order = [i for i in infos if i.filename != record_rel]
     order.append(_clone(_entry(infos, f"{old_info}/METADATA"), marker_rel))
     record_info = _entry(infos, record_rel)
+    # files only, as upstream's RECORD: a directory's row would make pip's uninstall remove
+    # the whole directory, other distributions' files in it too (megatron/energon, say)
     rows = [record_row(rename(i.filename), changed.get(i.filename, contents.get(i.filename, b"")))
-            for i in order]
+            for i in order if not i.is_dir()]
     record = "".join(rows) + f"{rename(record_rel)},,\n"
     changed[record_rel] = record.encode()
     order.append(record_info)

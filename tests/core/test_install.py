@@ -80,7 +80,13 @@ def test_wheel_is_valid_and_named_for_the_pin(overlay_wheel, upstream, release):
         names = whl.namelist()
         assert names[-1] == f"{info}/RECORD"
         rows = [r.split(",") for r in whl.read(f"{info}/RECORD").decode().splitlines()]
-        assert sorted(r[0] for r in rows) == sorted(names)
+        # every file, and no directory (pip's uninstall would remove a listed directory
+        # whole, other distributions' files in it too): as upstream's RECORD
+        assert sorted(r[0] for r in rows) == sorted(n for n in names if not n.endswith("/"))
+        up_info = f"megatron_core-{release}.dist-info"
+        upstream_rows = {r.split(",")[0].replace(up_info, info)
+                         for r in up.read(f"{up_info}/RECORD").decode().splitlines()}
+        assert {r[0] for r in rows} == upstream_rows | {f"{info}/megatron_overlay.json"}
         for path, digest, size in rows:
             if path == f"{info}/RECORD":
                 assert digest == size == ""
@@ -91,7 +97,6 @@ def test_wheel_is_valid_and_named_for_the_pin(overlay_wheel, upstream, release):
         assert f"Version: {release}+overlay.2" in whl.read(f"{info}/METADATA").decode()
         marker = json.loads(whl.read(f"{info}/megatron_overlay.json"))
         assert marker["installed_from"] == "wheel" and marker["release"] == release
-        up_info = f"megatron_core-{release}.dist-info"
         assert whl.read(f"{info}/WHEEL") == up.read(f"{up_info}/WHEEL")  # same tags
         touched = {f.path for f in patch_set_for(release).files}
         for name in up.namelist():  # everything else is upstream's, byte for byte
@@ -182,10 +187,16 @@ def test_pip_pin_selects_the_wheel_and_force_reinstall_keeps_it(overlay_wheel, u
         assert st.core_version == f"{release}+overlay.2"
     shown = pip(python, "show", "megatron-core")
     assert f"Version: {release}+overlay.2" in shown.stdout
+    # another distribution's module in the megatron namespace (megatron-energon's
+    # megatron/energon, say) outlives megatron-core's uninstall, as with upstream's wheel
+    other = site_of(python) / "megatron" / "energon" / "other_dist.py"
+    other.parent.mkdir()
+    other.write_text("x = 1\n")
     removed = pip(python, "uninstall", "-y", "megatron-core")
     assert removed.returncode == 0, removed.stderr
-    # (pip also drops site-packages itself once it is empty)
-    assert not list((python.parent.parent / "lib").glob("python*/site-packages/megatron*"))
+    assert other.read_text() == "x = 1\n"
+    assert not list(site_of(python).glob("megatron_core*"))
+    assert [p.name for p in (site_of(python) / "megatron").iterdir()] == ["energon"]
 
 
 def test_require_hashes_with_the_printed_requirement(overlay_wheel, upstream, release,
