@@ -110,7 +110,9 @@ def locate(site: str | os.PathLike | None = None) -> Core:
                                  f"holds megatron/ and its dist-info, e.g. site-packages)")
             raise PatchError(f"no megatron-core distribution in {site}")
         dist = found[0]
-    dist_info = Path(dist._path)  # PathDistribution: the .dist-info directory
+    # PathDistribution: the .dist-info directory; absolute, as a run's journal records its
+    # targets: a run killed under a relative --site is recovered from any directory
+    dist_info = Path(dist._path).absolute()
     return Core(site=dist_info.parent, dist_info=dist_info, version=dist.version)
 
 

@@ -390,6 +390,28 @@ def test_a_kill_at_every_write_is_recovered(command, release, tmp_path):
         shutil.rmtree(site)
 
 
+def test_a_kill_under_a_relative_site_is_recovered_from_another_directory(release, tmp_path):
+    """The journal names its targets absolutely: a run killed with --site given relative
+    to one directory is rolled back by the next run from any other (it used to find no
+    targets there, drop the journal and refuse the core as modified)."""
+    pristine = minimal_site(release, tmp_path / "pristine")
+    copy_tree(pristine, tmp_path / "count")
+    count_run = subprocess.run([sys.executable, str(SUPPORT / "kill_at_step.py"), "0", "patch",
+                                "--site", "count"], capture_output=True, text=True, env=ENV,
+                               cwd=tmp_path)
+    writes = int(count_run.stderr.strip().split("writes: ")[-1])
+    site = copy_tree(pristine, tmp_path / "site")
+    run = subprocess.run([sys.executable, str(SUPPORT / "kill_at_step.py"), str(writes // 2),
+                          "patch", "--site", "site"], capture_output=True, text=True, env=ENV,
+                         cwd=tmp_path)
+    assert run.returncode == 9, run.stderr
+    cli("patch", "--site", site, check_rc=0)  # from this process's directory, absolute
+    ok, _, problems = patching.verify(site)
+    assert ok, problems
+    cli("unpatch", "--site", site, check_rc=0)
+    assert tree_digest(site) == tree_digest(pristine)
+
+
 def test_force_reinstall_after_a_kill_inherits_nothing(upstream, release, tmp_path):
     """A run killed mid-transaction, then `pip install --force-reinstall` of upstream:
     the reinstalled core is upstream, and the next patch cleans up and succeeds."""
