@@ -102,8 +102,7 @@ def locate(site: str | os.PathLike | None = None) -> Core:
                 "e.g. `pip install megatron-core==0.13.1`, then run `megatron-overlay patch`"
             ) from None
     else:
-        found = [d for d in importlib.metadata.distributions(path=[str(site)])
-                 if (d.metadata["Name"] or "").lower().replace("_", "-") == DIST_NAME]
+        found = _cores_in(site)
         if not found:
             if not Path(site).is_dir():
                 raise PatchError(f"{site}: no such directory (--site takes the directory that "
@@ -113,7 +112,24 @@ def locate(site: str | os.PathLike | None = None) -> Core:
     # PathDistribution: the .dist-info directory; absolute, as a run's journal records its
     # targets: a run killed under a relative --site is recovered from any directory
     dist_info = Path(dist._path).absolute()
+    twins = _cores_in(dist_info.parent)
+    if len(twins) > 1:  # which one pip and importlib read depends on the directory's order
+        names = ", ".join(sorted(f"{Path(d._path).name} (Version {d.metadata['Version']})"
+                                 for d in twins))
+        raise PatchError(f"{dist_info.parent} holds {len(twins)} megatron-core distributions "
+                         f"({names}), and which one pip and Python read depends on the "
+                         f"directory's order; remove the stale dist-info folder and "
+                         f"reinstall megatron-core; nothing was changed")
+    if not dist.version:
+        raise PatchError(f"{dist_info}/METADATA has no Version: a damaged install; reinstall "
+                         f"megatron-core; nothing was changed")
     return Core(site=dist_info.parent, dist_info=dist_info, version=dist.version)
+
+
+def _cores_in(directory) -> list:
+    """The megatron-core distributions whose metadata lies directly in ``directory``."""
+    return [d for d in importlib.metadata.distributions(path=[str(directory)])
+            if (d.metadata["Name"] or "").lower().replace("_", "-") == DIST_NAME]
 
 
 def sha256_of(path: Path) -> str | None:

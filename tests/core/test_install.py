@@ -279,6 +279,31 @@ def test_unknown_core_is_refused_with_a_nonzero_exit(core_copy, release):
     assert tree_digest(core_copy) == before
 
 
+def test_two_dist_infos_or_no_version_are_refused_naming_them(core_copy, release):
+    """A stale second megatron-core dist-info beside the real one (an interrupted pip
+    run): refused, both named, nothing written (the first in the listing was patched and
+    relabelled, the real one left with upstream's RECORD); a METADATA without Version: a
+    one-line error, not a traceback."""
+    dist_info = next(core_copy.glob("*.dist-info"))
+    stale = dist_info.with_name("megatron_core-0.1.0.dist-info")
+    shutil.copytree(dist_info, stale)
+    meta = stale / "METADATA"
+    meta.write_bytes(meta.read_bytes().replace(f"Version: {release}".encode(),
+                                               b"Version: 0.1.0", 1))
+    before = tree_digest(core_copy)
+    for command, rc in (("patch", 2), ("status", 1), ("verify", 1)):
+        proc = cli(command, "--site", core_copy, check_rc=rc)
+        assert "holds 2 megatron-core distributions" in proc.stdout + proc.stderr, command
+        assert f"{stale.name} (Version 0.1.0)" in proc.stdout + proc.stderr
+    assert tree_digest(core_copy) == before
+    shutil.rmtree(stale)
+    meta = dist_info / "METADATA"
+    meta.write_bytes(meta.read_bytes().replace(f"Version: {release}\n".encode(), b"", 1))
+    for command, rc in (("status", 1), ("patch", 2)):
+        proc = cli(command, "--site", core_copy, check_rc=rc)
+        assert "METADATA has no Version" in proc.stdout + proc.stderr
+
+
 def test_cli_exit_codes_and_version(core_copy):
     assert "megatron-overlay 0." in cli("--version", check_rc=0).stdout
     cli("status", "--site", core_copy, check_rc=1)       # unpatched: not ready
