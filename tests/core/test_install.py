@@ -304,6 +304,13 @@ def test_two_dist_infos_or_no_version_are_refused_naming_them(core_copy, release
         assert "METADATA has no Version" in proc.stdout + proc.stderr
 
 
+def test_verify_says_when_there_is_no_record_to_check(core_copy):
+    assert "hashes and RECORD agree" in cli("verify", "--site", core_copy, check_rc=0).stdout
+    next(core_copy.glob("*.dist-info")).joinpath("RECORD").unlink()
+    out = cli("verify", "--site", core_copy, check_rc=0).stdout
+    assert "verify: OK (upstream's own files; hashes agree; no RECORD to check)" in out
+
+
 def test_cli_exit_codes_and_version(core_copy):
     assert "megatron-overlay 0." in cli("--version", check_rc=0).stdout
     cli("status", "--site", core_copy, check_rc=1)       # unpatched: not ready
