@@ -17,6 +17,7 @@ ValueError on CUDA too.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -32,7 +33,8 @@ def validate_temperature(temperature) -> None:
         if temperature.device.type == "cpu":
             check_temperature_values(temperature)
         return
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+    # numbers.Real: numpy's scalars too (np.float32(0.7) from a config)
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
         raise TypeError(f"temperature must be a float (or a tensor of them), got "
                         f"{type(temperature).__name__}; pass e.g. temperature=0.7")
     if not math.isfinite(temperature) or temperature <= 0:
@@ -43,13 +45,15 @@ def check_temperature_values(temperature: torch.Tensor) -> None:
     """ValueError unless every entry is finite and > 0 (one device->host copy on CUDA)."""
     if temperature.numel() == 0:
         return
-    bad = ~(torch.isfinite(temperature) & (temperature > 0))
+    t = temperature.float()  # as the ops take it: an fp64 1e-50 is 0 there
+    bad = ~(torch.isfinite(t) & (t > 0))
     if bool(bad.any()):
         first = bad.reshape(-1).nonzero()[0].item()
         value = temperature.reshape(-1)[first].item()
-        raise ValueError(f"temperature must be finite and > 0 everywhere, got {value} at flat "
-                         f"index {first} of the {tuple(temperature.shape)} temperature tensor; "
-                         f"{_FIX}")
+        where = "" if value == 0 or not math.isfinite(value) or value < 0 else " (in fp32)"
+        raise ValueError(f"temperature must be finite and > 0 everywhere{where}, got {value} "
+                         f"at flat index {first} of the {tuple(temperature.shape)} temperature "
+                         f"tensor; {_FIX}")
 
 
 def rows_from_batch_seq(temperature, batch: int, seq: int):

@@ -121,3 +121,23 @@ def test_temperature_gets_no_gradient():
     lp, _ = linear_logprob_entropy(hidden.requires_grad_(), weight, labels, temperature=temps)
     lp.sum().backward()
     assert temps.grad is None and hidden.grad is not None
+
+
+def test_numpy_scalars_are_floats():
+    """A temperature read from a numpy config (np.float32 / np.float64) is a float."""
+    np = pytest.importorskip("numpy")
+    hidden, weight, labels = make(6, 8, 40)
+    ref = linear_logprob_entropy(hidden, weight, labels, temperature=0.75)
+    for t in (np.float32(0.75), np.float64(0.75)):
+        got = linear_logprob_entropy(hidden, weight, labels, temperature=t)
+        assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+
+
+def test_an_entry_positive_in_fp64_but_zero_in_fp32_is_refused():
+    """The ops take the temperature in fp32: an fp64 1e-50 is 0 there (its rows were NaN
+    without an error on CPU, where the ValueError is promised)."""
+    hidden, weight, labels = make(4, 8, 16)
+    t = torch.tensor([1.0, 1e-50, 1.0, 1.0], dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"finite and > 0 everywhere \(in fp32\), got 1e-50 "
+                                         r"at flat index 1"):
+        linear_logprob_entropy(hidden, weight, labels, temperature=t)
