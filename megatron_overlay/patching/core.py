@@ -214,6 +214,7 @@ def _judge(core: Core) -> Status:
         unknown = [f["path"] for f in base.files if f["matches"] == "unknown"]
         older = _older_patch_set(core, patch_set)
         base.detail = (
+            _elsewhere(core, patch_set.release) if all(f["sha256"] is None for f in base.files) else
             f"files differ from both upstream {patch_set.release} and its patched form: "
             f"{', '.join(unknown)}" if unknown else
             f"patched by an older megatron-overlay (patch set {older}; this one's is "
@@ -228,6 +229,21 @@ def _judge(core: Core) -> Status:
                 f"the next `megatron-overlay patch` removes them")
         base.detail = f"{base.detail}; {note}" if base.detail else note
     return base
+
+
+def _elsewhere(core: Core, patches_of: str) -> str:
+    """The detail of a distribution whose patched files are not in its site: an editable or
+    source install (pip's direct_url.json says where from, when it is there)."""
+    try:
+        url = json.loads((core.dist_info / "direct_url.json").read_text()).get("url")
+    except (OSError, ValueError, AttributeError):
+        url = None
+    return (f"its files are not in {core.site}: an editable or source install"
+            f"{f' (from {url})' if url else ''}, whose megatron/ lives elsewhere; the overlay "
+            f"patches an installed core's files: install a wheel of the release (upstream's, "
+            f"or the overlay's: `megatron-overlay wheel {core.release}`), or apply the "
+            f"overlay's patches/{patches_of}/output_processor.patch to that checkout "
+            f"(`git apply`)")
 
 
 def _older_patch_set(core: Core, patch_set: PatchSet) -> str | None:
@@ -363,6 +379,9 @@ def _writable_patch_set(current: Status) -> PatchSet:
         raise PatchError(current.detail)
     patch_set = match_patch_set(current.release, lambda rel: sha256_of(Path(current.site) / rel))
     forms = {f["matches"] for f in current.files}
+    if all(f["sha256"] is None for f in current.files):  # an editable / source install
+        raise PatchError(f"refusing to touch megatron-core {current.release}: "
+                         f"{current.detail}; nothing was changed")
     if "unknown" in forms or len(forms) > 1:
         raise PatchError(
             f"refusing to touch megatron-core {current.release} in {current.site}: "

@@ -462,3 +462,22 @@ def test_force_reinstall_after_a_kill_inherits_nothing(upstream, release, tmp_pa
         ok, _, problems = patching.verify(site)
         assert ok, (k, problems)
         cli("unpatch", "--site", site, check_rc=0)
+
+
+def test_an_editable_install_is_told_where_its_files_are(core_copy, release):
+    """An editable / source install: the dist-info here, megatron/ elsewhere. Not "files
+    differ, reinstall" (a force-reinstall would replace the user's checkout): the status
+    says so and names the source; patch refuses, writing nothing."""
+    source = core_copy.parent / "checkout"
+    shutil.move(core_copy / "megatron", source / "megatron")
+    dist_info = next(core_copy.glob("*.dist-info"))
+    (dist_info / "direct_url.json").write_text(
+        json.dumps({"url": source.as_uri(), "dir_info": {"editable": True}}))
+    before = tree_digest(core_copy)
+    status = cli("status", "--site", core_copy, check_rc=1).stdout
+    assert "an editable or source install (from file://" in status
+    assert "force-reinstall" not in status
+    refused = cli("patch", "--site", core_copy, check_rc=2).stderr
+    assert "refusing to touch" in refused and "git apply" in refused
+    assert "force-reinstall" not in refused
+    assert tree_digest(core_copy) == before
