@@ -3,14 +3,17 @@
 Exit codes, for scripts: 0 the core is ready (patched, or native with the name lookup) or
 the command did what was asked (``verify``: the core is wholly patched or wholly
 upstream's, its metadata true); 1 it is not ready (status, patch) or not consistent
-(verify); 2 refused or failed, nothing changed. Every error is one line on stderr,
-``megatron-overlay: error: ...``.
+(verify); 2 refused or failed, nothing changed; 141 the output's reader went away
+(``| head``: the work is done or not, as ``status`` says). Every error is one line on
+stderr, ``megatron-overlay: error: ...``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from . import __version__, patching
 from .patching.errors import os_error_reason
 
 EXIT_OK, EXIT_NOT_READY, EXIT_REFUSED = 0, 1, 2
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # 141, a shell's code for a process SIGPIPE ended
 
 
 def _print_status(st: patching.Status) -> None:
@@ -155,7 +159,8 @@ def _parser() -> argparse.ArgumentParser:
         description="The output_processor hook on every megatron-core 0.12-0.19, "
                     "and fused log-prob/entropy processors.",
         epilog="exit codes: 0 ready / done / verified; 1 not ready (status, patch) or not "
-               "consistent (verify); 2 refused or failed, nothing changed")
+               "consistent (verify); 2 refused or failed, nothing changed; 141 the output's "
+               "reader went away")
     parser.add_argument("--version", action="version",
                         version=f"megatron-overlay {__version__} (patch sets for megatron-core "
                                 f"{', '.join(patching.supported_releases())})")
@@ -210,6 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except patching.PatchError as err:
         message = str(err)
+    except BrokenPipeError:
+        # the reader went away (`| head`): not a refusal (EXIT_REFUSED says nothing
+        # changed, and a patch may have finished); stop writing and exit as SIGPIPE would
+        try:  # so that the interpreter's last flush does not raise it again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a stdout without a descriptor (in-process callers)
+            pass
+        return EXIT_BROKEN_PIPE
     except OSError as err:  # one the patching code does not name: a path it cannot use
         message = os_error_reason(err)
     print(f"megatron-overlay: error: {message}", file=sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -481,3 +482,16 @@ def test_an_editable_install_is_told_where_its_files_are(core_copy, release):
     assert "refusing to touch" in refused and "git apply" in refused
     assert "force-reinstall" not in refused
     assert tree_digest(core_copy) == before
+
+
+def test_a_reader_that_goes_away_is_not_a_refusal(core_copy):
+    """`patch | head`: once the reader has gone, the patch's report cannot be written; the
+    exit code was 2 ("refused, nothing changed") after a finished patch. Now 141, as
+    SIGPIPE would end it, and no error line; the core is patched."""
+    command = " ".join(map(shlex.quote, [*CLI, "patch", "--site", str(core_copy)]))
+    proc = subprocess.run(["bash", "-c", f"set -o pipefail; {command} | true"],
+                          capture_output=True, text=True, env=ENV)
+    assert proc.returncode in (0, 141), (proc.returncode, proc.stderr)  # 0: wrote first
+    assert "error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    ok, st, problems = patching.verify(core_copy)
+    assert ok and st.ready, problems
