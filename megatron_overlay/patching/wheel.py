@@ -154,7 +154,9 @@ def build(release: str, source: Path, out_dir: Path) -> Path:
     target = out_dir / f"{WHEEL_NAME}-{version}-{match['tags']}.whl"
     # No lock: concurrent builds write the same bytes, each to its own temporary file, and
     # the rename is atomic (readers see the old wheel or the whole new one).
-    tmp = Path(tempfile.mkstemp(dir=out_dir, prefix=".building-", suffix=".whl")[1])
+    descriptor, name = tempfile.mkstemp(dir=out_dir, prefix=".building-", suffix=".whl")
+    os.close(descriptor)  # zipfile opens it by name
+    tmp = Path(name)
     try:
         with zipfile.ZipFile(tmp, "w") as wheel:
             for info in order:
