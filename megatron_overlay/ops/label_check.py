@@ -76,55 +76,52 @@ def strict_mode(strict_labels: bool | None) -> bool:
     return os.environ.get(STRICT_ENV, "").strip() == "1"
 
 
-def _token(index: int, layout: tuple[int, int] | None) -> str:
-    """Where token ``index`` of the ops' rows is: with ``layout`` = (seq, batch), the rows
-    are a [batch, seq] tensor's flattened position-major (the processors' order), so the
-    place is named in the caller's [batch, seq] terms."""
-    if layout is None:
+def _token(index: int, batch: int | None) -> str:
+    """Where token ``index`` of the ops' rows is: with ``batch``, the rows are a [batch,
+    seq] tensor's flattened position-major (the processors' order: row s * batch + b), so
+    the place is named in the caller's [batch, seq] terms."""
+    if batch is None:
         return f"token {index}"
-    batch = layout[1]
     return f"[batch {index % batch}, position {index // batch}]"
 
 
 def _message(count: int, low: int, high: int, first: int, vocab_size: int,
-             ignore_index: int, deferred: bool = False,
-             layout: tuple[int, int] | None = None) -> str:
+             ignore_index: int, deferred: bool = False, batch: int | None = None) -> str:
     when = (" (found on the GPU in an earlier call of the fused log-prob op, whose "
             "log-probs for those tokens are NaN)") if deferred else ""
     return (f"labels out of range{when}: {count} label id(s) outside [0, {vocab_size}) and "
             f"not ignore_index={ignore_index} (smallest {low}, largest {high}, first at "
-            f"{_token(first, layout)}); mask padding with ignore_index")
+            f"{_token(first, batch)}); mask padding with ignore_index")
 
 
 def _ids_message(count: int, low: int, high: int, first: int, vocab_size: int, k: int,
-                 name: str, deferred: bool = False,
-                 layout: tuple[int, int] | None = None) -> str:
+                 name: str, deferred: bool = False, batch: int | None = None) -> str:
     when = (" (found on the GPU in an earlier call, whose log-probs for those tokens are "
             "NaN)") if deferred else ""
     return (f"{name} out of range{when}: ids must lie in [0, {vocab_size}); got {count} "
             f"outside it (smallest {low}, largest {high}, first at "
-            f"{_token(first // k, layout)})")
+            f"{_token(first // k, batch)})")
 
 
 def check_eagerly(labels: torch.Tensor, vocab_size: int, ignore_index: int,
-                  layout: tuple[int, int] | None = None) -> None:
+                  batch: int | None = None) -> None:
     """Raise ``ValueError`` now if any label is out of range (one host sync on CUDA).
-    ``layout``: (seq, batch) where the labels are a [batch, seq] tensor's flattened
-    position-major (the processors'): the message names the first one's [batch, position]."""
+    ``batch``: where the labels are a [batch, seq] tensor's flattened position-major (the
+    processors'): the message names the first one's [batch, position]."""
     if labels.numel():
         _raise_if_bad(record(bad_labels(labels, vocab_size, ignore_index), labels),
                       partial(_message, vocab_size=vocab_size, ignore_index=ignore_index,
-                              layout=layout))
+                              batch=batch))
 
 
 def check_ids_eagerly(ids: torch.Tensor, vocab_size: int, name: str = "token_ids",
-                      layout: tuple[int, int] | None = None) -> None:
+                      batch: int | None = None) -> None:
     """Raise ``ValueError`` now if any id of ``ids`` [N, K] is out of range (one host sync
-    on CUDA); ``layout`` as check_eagerly's."""
+    on CUDA); ``batch`` as check_eagerly's."""
     if ids.numel():
         _raise_if_bad(record(bad_ids(ids, vocab_size), ids),
                       partial(_ids_message, vocab_size=vocab_size, k=ids.shape[-1], name=name,
-                              layout=layout))
+                              batch=batch))
 
 
 def bad_ids(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -161,23 +158,23 @@ def defer(bad: torch.Tensor, labels: torch.Tensor, vocab_size: int, ignore_index
 
 
 def defer_record(rec: torch.Tensor, labels: torch.Tensor, vocab_size: int,
-                 ignore_index: int, layout: tuple[int, int] | None = None) -> None:
+                 ignore_index: int, batch: int | None = None) -> None:
     """Queue the check of one call's labels from a record the stages made (``record``'s
     layout, [rows, 4]; the Triton ``finalize`` writes one row per token block); no sync.
-    ``layout``: as check_eagerly's."""
+    ``batch``: as check_eagerly's."""
     if labels.numel():
         _defer(rec, partial(_message, vocab_size=vocab_size, ignore_index=ignore_index,
-                            layout=layout))
+                            batch=batch))
 
 
 def defer_ids(rec: torch.Tensor, ids: torch.Tensor, vocab_size: int,
-              name: str = "token_ids", layout: tuple[int, int] | None = None) -> None:
+              name: str = "token_ids", batch: int | None = None) -> None:
     """Queue the check of one call's vocab ids [N, K] from their record (``record``'s
     layout; the stages' ``check_ids`` writes a row per block of tokens, positions in the
-    flattened ids); no sync. ``layout``: as check_eagerly's."""
+    flattened ids); no sync. ``batch``: as check_eagerly's."""
     if ids.numel():
         _defer(rec, partial(_ids_message, vocab_size=vocab_size, k=ids.shape[-1], name=name,
-                            layout=layout))
+                            batch=batch))
 
 
 def _raise_if_bad(rec: torch.Tensor, message, deferred: bool = False) -> None:

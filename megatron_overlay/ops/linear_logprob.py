@@ -46,7 +46,7 @@ class LinearLogprobEntropy(torch.autograd.Function):
             record_alloc=label_check.host_record if hidden.is_cuda else None)
         if hidden.is_cuda:
             label_check.defer_record(record, labels, vocab, params.ignore_index,
-                                         params.token_layout)
+                                     params.token_batch)
 
         ctx.params, ctx.tp_group, ctx.tp, ctx.impl = params, tp_group, tp, impl
         ctx.inv_t = inv_t  # a float, or an fp32 [N] tensor (not an autograd input)

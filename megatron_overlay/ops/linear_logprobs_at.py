@@ -66,7 +66,7 @@ class LinearLogprobsAt(torch.autograd.Function):
             record_alloc=label_check.host_record if hidden.is_cuda else None)
         if hidden.is_cuda:
             label_check.defer_ids(record, token_ids, weight.shape[0] * world,
-                                  layout=params.token_layout)
+                                  batch=params.token_batch)
         z_at = impl.logits_at(hidden, weight, local_ids, inv_t, logits_dtype=params.logits_dtype)
         if tp:
             stats = gather_stats(stats, tp_group)

@@ -91,7 +91,7 @@ class LinearTopkLogprobs(torch.autograd.Function):
             record_alloc=label_check.host_record if hidden.is_cuda else None, values=values)
         if labels is not None and hidden.is_cuda:
             label_check.defer_record(record, labels, vocab, params.ignore_index,
-                                         params.token_layout)
+                                     params.token_batch)
         topk_log_probs = values
         ctx.mark_non_differentiable(ids)
         ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None

@@ -39,9 +39,9 @@ class LogprobParams:
     # label range on the host before any work (one device sync per call on CUDA)
     strict_labels: bool | None = None
     logits_dtype: "torch.dtype | None" = None  # see LOGITS_DTYPES; a name is resolved
-    # (seq, batch) where the ops' token rows are a [batch, seq] tensor's flattened
+    # the batch size where the ops' token rows are a [batch, seq] tensor's flattened
     # position-major (the processors' order): label errors name [batch, position] places
-    token_layout: "tuple[int, int] | None" = None
+    token_batch: "int | None" = None
 
     def __post_init__(self):
         validate_temperature(self.temperature)

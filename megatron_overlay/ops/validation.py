@@ -30,8 +30,7 @@ def validate_inputs(hidden, weight, labels, params: LogprobParams, vocab_size: i
     # The label range: here on CPU and in strict mode (one sync on CUDA); otherwise on the
     # device, inside the op, raised later without a sync (ops/label_check.py).
     if not labels.is_cuda or label_check.strict_mode(params.strict_labels):
-        label_check.check_eagerly(labels, vocab_size, params.ignore_index,
-                                  params.token_layout)
+        label_check.check_eagerly(labels, vocab_size, params.ignore_index, params.token_batch)
 
 
 def validate_matrices(hidden, weight) -> None:
@@ -57,13 +56,13 @@ def validate_matrices(hidden, weight) -> None:
 
 
 def validate_token_ids(token_ids, n_tokens: int, vocab_size: int, device, name="token_ids",
-                       strict: bool | None = None, layout: tuple[int, int] | None = None):
+                       strict: bool | None = None, batch: int | None = None):
     """[N, K] int64 ids in [0, vocab_size); errors name ``name`` and the fix.
 
     The range: checked here on CPU and in strict mode (``strict``, else
     $MEGATRON_OVERLAY_STRICT_LABELS; one sync on CUDA); otherwise on the device inside the
-    op, raised later without a sync (ops/label_check.py); ``layout``: the processors' (seq,
-    batch), as label_check.check_eagerly's."""
+    op, raised later without a sync (ops/label_check.py); ``batch``: the processors' batch
+    size, as label_check.check_eagerly's."""
     if not isinstance(token_ids, torch.Tensor) or token_ids.dtype not in (torch.int64,
                                                                           torch.int32):
         got = token_ids.dtype if isinstance(token_ids, torch.Tensor) else type(token_ids).__name__
@@ -76,4 +75,4 @@ def validate_token_ids(token_ids, n_tokens: int, vocab_size: int, device, name="
         raise ValueError(f"{name} is on {token_ids.device} but the hidden states are on "
                          f"{device}; move it, e.g. {name}.to(hidden.device)")
     if not token_ids.is_cuda or label_check.strict_mode(strict):
-        label_check.check_ids_eagerly(token_ids, vocab_size, name, layout)
+        label_check.check_ids_eagerly(token_ids, vocab_size, name, batch)

@@ -140,7 +140,7 @@ def _run_fused(hidden_states, output_layer, output_weight, labels, scale_logits,
         raise ValueError(f"labels must be [batch, seq] = [{flat.batch}, {flat.seq}] to match "
                          f"the hidden states, got {tuple(labels.shape)}")
     params = replace(params, temperature=flat.temperature,
-                     token_layout=(flat.seq, flat.batch))  # errors name [b, s] places
+                     token_batch=flat.batch)  # errors name [b, s] places
     flat_labels = labels.transpose(0, 1).reshape(flat.seq * flat.batch)
     validate_inputs(flat.hidden, flat.weight, flat_labels, params, vocab_size=flat.vocab_size)
     log_probs, entropy = forward_only.call(

@@ -65,10 +65,10 @@ def fused_logprobs_at(
                           params.temperature)
     token_ids = _flat_token_ids(token_ids, flat.batch, flat.seq)
     validate_matrices(flat.hidden, flat.weight)
-    layout = (flat.seq, flat.batch)  # errors name [b, s] places
+    # errors name [b, s] places
     validate_token_ids(token_ids, flat.hidden.shape[0], flat.vocab_size, flat.hidden.device,
-                       layout=layout)
-    params = replace(params, temperature=flat.temperature, token_layout=layout)
+                       batch=flat.batch)
+    params = replace(params, temperature=flat.temperature, token_batch=flat.batch)
     log_probs, entropy = forward_only.call(LinearLogprobsAt, flat.hidden, flat.weight,
                                            token_ids, params, flat.tp_group)
     return FusedLogprobsAtOutput(log_probs=flat.as_bs(log_probs), entropy=flat.as_bs(entropy),

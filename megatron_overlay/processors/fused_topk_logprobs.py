@@ -61,7 +61,7 @@ def fused_topk_logprobs(
                           params.temperature)
     params = replace(params, temperature=flat.temperature,
                      return_entropy=params.return_entropy and labels is not None,
-                     token_layout=(flat.seq, flat.batch))  # errors name [b, s] places
+                     token_batch=flat.batch)  # errors name [b, s] places
     flat_labels = None
     if labels is not None:
         if labels.shape != (flat.batch, flat.seq):
