@@ -112,7 +112,7 @@ def locate(site: str | os.PathLike | None = None) -> Core:
     # PathDistribution: the .dist-info directory; absolute, as a run's journal records its
     # targets: a run killed under a relative --site is recovered from any directory
     dist_info = Path(dist._path).absolute()
-    twins = _cores_in(dist_info.parent)
+    twins = found if site is not None else _cores_in(dist_info.parent)
     if len(twins) > 1:  # which one pip and importlib read depends on the directory's order
         names = ", ".join(sorted(f"{Path(d._path).name} (Version {d.metadata['Version']})"
                                  for d in twins))
@@ -214,7 +214,7 @@ def _judge(core: Core) -> Status:
         unknown = [f["path"] for f in base.files if f["matches"] == "unknown"]
         older = _older_patch_set(core, patch_set)
         base.detail = (
-            _elsewhere(core, patch_set.release) if all(f["sha256"] is None for f in base.files) else
+            _elsewhere(core, patch_set.release) if _files_elsewhere(base.files) else
             f"files differ from both upstream {patch_set.release} and its patched form: "
             f"{', '.join(unknown)}" if unknown else
             f"patched by an older megatron-overlay (patch set {older}; this one's is "
@@ -229,6 +229,11 @@ def _judge(core: Core) -> Status:
                 f"the next `megatron-overlay patch` removes them")
         base.detail = f"{base.detail}; {note}" if base.detail else note
     return base
+
+
+def _files_elsewhere(files: list[dict]) -> bool:
+    """None of the patch set's files is in the site (an editable or source install)."""
+    return all(f["sha256"] is None for f in files)
 
 
 def _elsewhere(core: Core, patches_of: str) -> str:
@@ -379,7 +384,7 @@ def _writable_patch_set(current: Status) -> PatchSet:
         raise PatchError(current.detail)
     patch_set = match_patch_set(current.release, lambda rel: sha256_of(Path(current.site) / rel))
     forms = {f["matches"] for f in current.files}
-    if all(f["sha256"] is None for f in current.files):  # an editable / source install
+    if _files_elsewhere(current.files):  # an editable / source install
         raise PatchError(f"refusing to touch megatron-core {current.release}: "
                          f"{current.detail}; nothing was changed")
     if "unknown" in forms or len(forms) > 1:
