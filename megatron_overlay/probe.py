@@ -116,7 +116,7 @@ def _raise_missing_hook(model) -> None:
         fix = ("install a supported release (megatron-core 0.12.0-0.19.2) and run "
                "`megatron-overlay patch`")
     elif (_hooked_class(model, st) is None and st.patch_set and not st.name_lookup
-          and _class_in(model, _patch_set_models(st))):  # a class the patch set hooks
+          and _first_class_in(model, _patch_set_models(st))):  # a class the patch set hooks
         others = [c for c in _patch_set_models(st) if c != "GPTModel"]
         fix = (f"run `megatron-overlay patch` in this environment: upstream megatron-core "
                f"{st.release} has the hook on GPTModel only, and the overlay's patch set "
@@ -139,14 +139,14 @@ def _patch_set_models(st) -> list[str]:
     return [cls for cls, _ in patch_set.models] if patch_set else []
 
 
-def _class_in(model, names) -> bool:
-    """The model is (a subclass of) one of the classes ``names``."""
-    return any(c.__name__ in names for c in type(model).__mro__)
+def _first_class_in(model, names) -> str | None:
+    """The first class in the model's MRO named in ``names``."""
+    return next((c.__name__ for c in type(model).__mro__ if c.__name__ in names), None)
 
 
 def _hooked_class(model, st) -> str | None:
     """The first class in the model's MRO whose forward carries the hook in this state."""
-    return next((c.__name__ for c in type(model).__mro__ if c.__name__ in st.models), None)
+    return _first_class_in(model, st.models)
 
 
 def _raise_no_name_lookup(model, name: str, func) -> None:
