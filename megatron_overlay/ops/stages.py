@@ -108,9 +108,9 @@ class LogprobStages(Protocol):
         linear_logprobs_at / linear_topk_logprobs with local_labels None.
         ``need_d_hidden`` / ``need_d_weight`` False: that gradient is None, its GEMM not
         run (a frozen head or input: a third of the backward's work each). ``valid`` /
-        ``bad`` [N] bool (finalize's, both or neither): grad_logprob is taken as 0 where not valid and NaN
-        where bad, grad_entropy as 0 where not valid (on GPU inside the recompute kernel,
-        where three torch launches did it)."""
+        ``bad`` [N] bool (finalize's, both or neither): grad_logprob is taken as 0 where not
+        valid and NaN where bad, grad_entropy as 0 where not valid (on GPU inside the
+        recompute kernel, where three torch launches did it)."""
         ...
 
     def check_ids(self, ids: torch.Tensor, vocab_start: int, local_vocab: int,
