@@ -346,8 +346,7 @@ def table(run: dict) -> str:
             if isinstance(rec, dict) and name in LABELS:
                 ops.setdefault((name, r["k"]), {})[tuple(r["shape"])] = rec
     order = list(LABELS)
-    rows = sorted(ops, key=lambda mk: (order.index(mk[0]) // 2 if mk[0].startswith("logprob")
-                                       else order.index(mk[0]), mk[1]))
+    rows = sorted(ops, key=lambda mk: (order.index(mk[0]), mk[1]))  # LABELS' order, then k
 
     def ratio(rec, key):
         got = rec.get(key)
@@ -464,12 +463,14 @@ def main(args, argv) -> int:
             n, h, v, k = shape(args.sweep)
             split_counts = [int(x) for x in args.sweep_splits.split(",") if x]
             results.extend(sweep(n, h, v, k, args, clocks, log, split_counts))
+        text = ""
         for n, h, v in shapes:
             run_shape(n, h, v, ks, args, clocks, results, log)
             # after each shape: a run cut short (a device call's time limit) keeps its table
-            (run.out / "table.md").write_text(table({**meta, "results": results}))
+            text = table({**meta, "results": results})
+            (run.out / "table.md").write_text(text)
             if args.device == "cuda":
                 torch.cuda.empty_cache()
-    log(table({**meta, "results": results}))
+    log(text)
     log("done")
     return 0
