@@ -14,6 +14,7 @@ gathered and merged (ids global). The gradient is that of the log-probs at the c
 
 from __future__ import annotations
 
+import numbers
 from typing import NamedTuple
 
 import torch
@@ -134,13 +135,17 @@ class LinearTopkLogprobs(torch.autograd.Function):
         return d_hidden, d_weight, None, None, None, None
 
 
-def validate_k(k, vocab_size: int) -> None:
-    if isinstance(k, bool) or not isinstance(k, int):
+def validate_k(k, vocab_size: int) -> int:
+    """``k`` as a Python int (numpy's integers from a config too: a kernel's constexpr and
+    the launch cache key take an int) after the range check."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
         raise TypeError(f"k must be an int (1 <= k <= {min(MAX_K, vocab_size)}), got "
                         f"{type(k).__name__}")
+    k = int(k)
     if not 1 <= k <= min(MAX_K, vocab_size):
         raise ValueError(f"k must satisfy 1 <= k <= {MAX_K} and k <= vocab size "
                          f"({vocab_size}), got k={k}")
+    return k
 
 
 def linear_topk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, k: int, *,
@@ -169,6 +174,6 @@ def linear_topk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, k: int, *,
         validate_inputs(hidden, weight, labels, params, vocab_size=vocab)
     else:
         validate_matrices(hidden, weight)
-    validate_k(k, vocab)
+    k = validate_k(k, vocab)
     return TopkLogprobs(*forward_only.call(LinearTopkLogprobs, hidden, weight, labels, k, params,
                                            tp_group))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -48,9 +49,12 @@ class LogprobParams:
         object.__setattr__(self, "logits_dtype", resolve_logits_dtype(self.logits_dtype))
         if not isinstance(self.return_entropy, bool):
             raise TypeError(f"return_entropy must be a bool, got {type(self.return_entropy).__name__}")
-        if isinstance(self.ignore_index, bool) or not isinstance(self.ignore_index, int):
+        if isinstance(self.ignore_index, bool) or not isinstance(self.ignore_index,
+                                                                 numbers.Integral):
             raise TypeError(f"ignore_index must be an int (default {DEFAULT_IGNORE_INDEX}), "
                             f"got {type(self.ignore_index).__name__}")
+        # numpy's integers too; the kernels compare labels against a Python int
+        object.__setattr__(self, "ignore_index", int(self.ignore_index))
         if self.strict_labels is not None and not isinstance(self.strict_labels, bool):
             raise TypeError(f"strict_labels must be a bool or None, got "
                             f"{type(self.strict_labels).__name__}")

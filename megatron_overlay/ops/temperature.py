@@ -1,6 +1,7 @@
 """Temperature: a float, or a tensor of per-sample / per-token temperatures.
 
-The ops take a float, a 0-d tensor or an [N] tensor (one per token row); the processors
+The ops take a float, a 0-d tensor (on the hidden states' device, or on the CPU as torch's
+scalars) or an [N] tensor (one per token row, on the hidden states' device); the processors
 also take [b] (per sample) and [b, s] (per token), flattened here to the ops' s-major rows.
 The stages receive ``inv_temperature``: a Python float, or an fp32 [N] tensor on the
 hidden states' device.
@@ -9,7 +10,9 @@ Host syncs: a float is checked on the host (no device work at all). A tensor's s
 dtype are checked on the host (metadata, no sync). Its values: on CPU, checked at once
 (ValueError); on CUDA, reading them would stop the host until the GPU catches up, so
 instead a non-finite or non-positive entry turns that row's inverse temperature into NaN
-on the device: every output of that row is NaN, never a plausible wrong number. Call
+on the device: every output of that row is NaN, never a plausible wrong number. "Bad"
+includes a positive temperature below fp32's smallest normal number (MIN_TEMPERATURE),
+whose fp32 inverse overflows. Call
 :func:`check_temperature_values` yourself where one sync is acceptable to get the
 ValueError on CUDA too.
 """
@@ -22,6 +25,11 @@ import numbers
 import torch
 
 _FIX = "use 1.0 for the unscaled distribution"
+# The smallest temperature taken: fp32's smallest normal number, 2^-126 ~ 1.2e-38. Below it
+# the fp32 inverse the kernels scale by overflows (1 / 3e-39 = inf) and the row is NaN.
+# (A temperature this small still overflows logit / T for |logit| >= ~4; that depends on
+# the data and is not checked.)
+MIN_TEMPERATURE = torch.finfo(torch.float32).tiny
 
 
 def validate_temperature(temperature) -> None:
@@ -39,21 +47,29 @@ def validate_temperature(temperature) -> None:
                         f"{type(temperature).__name__}; pass e.g. temperature=0.7")
     if not math.isfinite(temperature) or temperature <= 0:
         raise ValueError(f"temperature must be finite and > 0, got {temperature}; {_FIX}")
+    if temperature < MIN_TEMPERATURE:
+        raise ValueError(f"temperature must be >= {MIN_TEMPERATURE:.4g} (fp32's smallest normal "
+                         f"number: its inverse must be finite in fp32), got {temperature}; "
+                         f"{_FIX}")
 
 
 def check_temperature_values(temperature: torch.Tensor) -> None:
-    """ValueError unless every entry is finite and > 0 (one device->host copy on CUDA)."""
+    """ValueError unless every entry is finite and >= MIN_TEMPERATURE (so > 0) in fp32 (one
+    device->host copy on CUDA)."""
     if temperature.numel() == 0:
         return
     t = temperature.float()  # as the ops take it: an fp64 1e-50 is 0 there
-    bad = ~(torch.isfinite(t) & (t > 0))
+    bad = ~(torch.isfinite(t) & (t >= MIN_TEMPERATURE))
     if bool(bad.any()):
         first = bad.reshape(-1).nonzero()[0].item()
         value = temperature.reshape(-1)[first].item()
-        where = "" if value == 0 or not math.isfinite(value) or value < 0 else " (in fp32)"
-        raise ValueError(f"temperature must be finite and > 0 everywhere{where}, got {value} "
-                         f"at flat index {first} of the {tuple(temperature.shape)} temperature "
-                         f"tensor; {_FIX}")
+        if value <= 0 or not math.isfinite(value):
+            rule = "finite and > 0 everywhere"
+        else:  # positive: below fp32's smallest normal number as the ops take it
+            rule = f"finite and >= {MIN_TEMPERATURE:.4g} everywhere in fp32 (fp32's smallest " \
+                   f"normal number: its inverse must be finite)"
+        raise ValueError(f"temperature must be {rule}, got {value} at flat index {first} of "
+                         f"the {tuple(temperature.shape)} temperature tensor; {_FIX}")
 
 
 def rows_from_batch_seq(temperature, batch: int, seq: int):
@@ -76,6 +92,10 @@ def inverse_temperature(temperature, n_rows: int, device: torch.device):
     if not isinstance(temperature, torch.Tensor):
         return 1.0 / float(temperature)
     if temperature.dim() == 0:
+        if temperature.device.type == "cpu" and device.type != "cpu":
+            # a CPU scalar (as torch's own ops take one on any device): its value was
+            # checked on the host (validate_temperature); reading it needs no device sync
+            return float(temperature.float().reciprocal())  # fp32's 1 / T, as the [N] path
         temperature = temperature.expand(n_rows)
     if temperature.shape != (n_rows,):
         raise ValueError(f"temperature must be a float, a 0-d tensor or an [N] = [{n_rows}] "
@@ -85,7 +105,8 @@ def inverse_temperature(temperature, n_rows: int, device: torch.device):
                          f"{device}; move it, e.g. temperature.to(hidden.device)")
     # The gradient does not flow to the temperature (it is an option, not an input).
     t = temperature.detach().to(torch.float32)
-    # finite and > 0 <=> nan_to_num(t, 0, 0, 0) > 0: four element-wise launches on CUDA
-    # where isfinite & (t > 0) and a NaN tensor took nine (each costs the host several us)
-    ok = t.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0) > 0
+    # finite and >= MIN_TEMPERATURE <=> nan_to_num(t, 0, 0, 0) >= MIN_TEMPERATURE: four
+    # element-wise launches on CUDA where isfinite & (t > 0) and a NaN tensor took nine
+    # (each costs the host several us)
+    ok = t.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0) >= MIN_TEMPERATURE
     return torch.where(ok, t.reciprocal(), float("nan"))

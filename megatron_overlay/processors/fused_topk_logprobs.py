@@ -72,7 +72,7 @@ def fused_topk_logprobs(
                         vocab_size=flat.vocab_size)
     else:
         validate_matrices(flat.hidden, flat.weight)
-    validate_k(k, flat.vocab_size)
+    k = validate_k(k, flat.vocab_size)
     ids, topk_log_probs, log_probs, entropy = forward_only.call(
         LinearTopkLogprobs, flat.hidden, flat.weight, flat_labels, k, params, flat.tp_group)
     return FusedTopkOutput(topk_ids=flat.as_bs(ids), topk_log_probs=flat.as_bs(topk_log_probs),

@@ -280,3 +280,30 @@ def test_tp2_gloo_topk_of_a_nan_row_matches_tp1():
     from tests.support.gloo_pair import run_on_two_ranks
 
     run_on_two_ranks(_tp_nan_row)
+
+
+def test_numpy_integers_are_ints():
+    """k and ignore_index read from a numpy config (np.int64) are ints: the same results,
+    and k reaches the op as a Python int (they were TypeErrors)."""
+    np = pytest.importorskip("numpy")
+    from megatron_overlay.ops import linear_logprob_entropy
+    from megatron_overlay.ops.linear_topk import validate_k
+    from megatron_overlay.ops.params import LogprobParams
+    hidden, weight, labels = make(6, 8, 40, ignore_every=3)
+    labels[labels == -100] = -7
+    ref = linear_topk_logprobs(hidden, weight, 3, labels=labels, ignore_index=-7,
+                               return_entropy=True)
+    got = linear_topk_logprobs(hidden, weight, np.int64(3), labels=labels,
+                               ignore_index=np.int32(-7), return_entropy=True)
+    for a, b in zip(got, ref):
+        assert torch.equal(a, b)
+    ref = linear_logprob_entropy(hidden, weight, labels, ignore_index=-7)
+    got = linear_logprob_entropy(hidden, weight, labels, ignore_index=np.int16(-7))
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+    k = validate_k(np.uint8(5), 40)
+    assert type(k) is int and k == 5
+    assert type(LogprobParams(ignore_index=np.int64(-7)).ignore_index) is int
+    with pytest.raises(TypeError, match="k must be an int"):
+        validate_k(np.float64(3.0), 40)
+    with pytest.raises(ValueError, match="got k=41"):
+        validate_k(np.int64(41), 40)

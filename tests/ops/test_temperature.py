@@ -100,19 +100,21 @@ def test_bad_entries_poison_their_rows_on_the_no_sync_path():
 
 
 def test_inverse_poisons_exactly_the_invalid_entries():
-    """NaN for every entry that is not finite and > 0 (+-0, +-inf, NaN, negatives), 1 / t
-    for every other, the smallest subnormal (1 / t = inf) and the largest float included."""
+    """NaN for every entry that is not finite and >= fp32's smallest normal number (+-0,
+    +-inf, NaN, negatives, subnormals: their fp32 inverse is inf), 1 / t for every other,
+    the smallest normal (1 / t = 2^126) and the largest float included."""
     tiny, big = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
     t = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), -1e-30, -big,
-                      1e-45, tiny, 0.7, 1.0, 3e38, big])
+                      1e-45, 2.9e-39, tiny, 0.7, 1.0, 3e38, big])
     inv = inverse_temperature(t, t.numel(), t.device)
-    valid = torch.isfinite(t) & (t > 0)
+    valid = torch.isfinite(t) & (t >= tiny)
+    assert valid.sum() == 5
     assert inv.dtype == torch.float32 and inv.is_contiguous()
     assert torch.equal(inv.isnan(), ~valid)
-    assert torch.equal(inv[valid], t[valid].reciprocal())
+    assert torch.equal(inv[valid], t[valid].reciprocal()) and inv[valid].isfinite().all()
     # other floating dtypes are read as fp32
-    assert torch.equal(inverse_temperature(t[9:12].to(torch.bfloat16), 3, t.device),
-                       t[9:12].to(torch.bfloat16).float().reciprocal())
+    assert torch.equal(inverse_temperature(t[10:13].to(torch.bfloat16), 3, t.device),
+                       t[10:13].to(torch.bfloat16).float().reciprocal())
 
 
 def test_temperature_gets_no_gradient():
@@ -138,6 +140,38 @@ def test_an_entry_positive_in_fp64_but_zero_in_fp32_is_refused():
     without an error on CPU, where the ValueError is promised)."""
     hidden, weight, labels = make(4, 8, 16)
     t = torch.tensor([1.0, 1e-50, 1.0, 1.0], dtype=torch.float64)
-    with pytest.raises(ValueError, match=r"finite and > 0 everywhere \(in fp32\), got 1e-50 "
-                                         r"at flat index 1"):
+    with pytest.raises(ValueError, match=r"finite and >= 1.175e-38 everywhere in fp32 "
+                                         r"\(fp32's smallest normal number: its inverse must "
+                                         r"be finite\), got 1e-50 at flat index 1"):
         linear_logprob_entropy(hidden, weight, labels, temperature=t)
+
+
+@pytest.mark.parametrize("temperature", [1e-39, 1e-45, 5e-324])
+def test_a_temperature_whose_fp32_inverse_overflows_is_refused(temperature):
+    """Positive but below fp32's smallest normal number: 1 / T is inf in fp32 and every row
+    was NaN without an error. A float, and a CPU tensor's entry, are refused alike."""
+    hidden, weight, labels = make(4, 8, 16)
+    with pytest.raises(ValueError, match=r"temperature must be >= 1.175e-38 \(fp32's smallest "
+                                         r"normal number"):
+        linear_logprob_entropy(hidden, weight, labels, temperature=temperature)
+    with pytest.raises(ValueError, match="everywhere in fp32"):
+        linear_logprob_entropy(hidden, weight, labels,
+                               temperature=torch.tensor([1.0, temperature, 1.0, 1.0],
+                                                        dtype=torch.float64))
+    # the smallest normal itself is taken: finite outputs
+    tiny = torch.finfo(torch.float32).tiny
+    lp, ent = linear_logprob_entropy(hidden * 1e-40, weight, labels, temperature=tiny)
+    assert lp.isfinite().all() and ent.isfinite().all()
+
+
+def test_a_cpu_scalar_temperature_is_taken_on_any_device():
+    """A 0-d CPU tensor is a scalar (as in torch's own ops): read on the host, no device
+    copy; on the CPU itself it stays the tensor path. Both give the float's results."""
+    from megatron_overlay.ops.temperature import inverse_temperature
+    assert inverse_temperature(torch.tensor(0.5), 3, torch.device("meta")) == 2.0
+    assert inverse_temperature(torch.tensor(0.5, dtype=torch.float64), 3,
+                               torch.device("meta")) == 2.0
+    on_cpu = inverse_temperature(torch.tensor(0.5), 3, torch.device("cpu"))
+    assert isinstance(on_cpu, torch.Tensor) and torch.equal(on_cpu, torch.full((3,), 2.0))
+    with pytest.raises(ValueError, match="temperature is on cpu but the hidden states are on"):
+        inverse_temperature(torch.full((3,), 0.5), 3, torch.device("meta"))

@@ -126,6 +126,15 @@ def test_op_matches_torch_impl(monkeypatch):
         assert ((a - b).abs().max() / b.abs().max()) < 2e-2
 
 
+def test_a_cpu_scalar_temperature_on_a_cuda_model_is_the_float():
+    """A 0-d CPU tensor (as torch's scalars) on CUDA hidden states: the float's bits, no
+    error (it was refused as a tensor on another device)."""
+    hidden, weight, labels = _inputs(64, 128, 1000, torch.bfloat16, seed=5)
+    ref = linear_logprob_entropy(hidden, weight, labels, temperature=0.7)
+    got = linear_logprob_entropy(hidden, weight, labels, temperature=torch.tensor(0.7))
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_bad_label_makes_only_its_rows_gradient_nan(dtype, monkeypatch):
     """What CUDA computes before the host learns of an out-of-range label (the check
