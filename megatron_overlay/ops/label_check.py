@@ -268,20 +268,3 @@ def check_labels() -> None:
     poll(wait=True)
     for rec, message in _captured:
         _raise_if_bad(rec, message, deferred=True)
-
-
-def masked_row_grads(grad_logprob: torch.Tensor, grad_entropy: torch.Tensor | None,
-                     valid: torch.Tensor | None, bad: torch.Tensor | None):
-    """The rows' gradients as the log-prob op's backward takes them (ops/stages.py): the
-    log-prob's 0 where not ``valid`` (an ignored label) and NaN where ``bad`` (out of
-    range: see above), the entropy's 0 where not valid. finalize makes the two flags
-    together: both or neither."""
-    if (valid is None) != (bad is None):
-        raise ValueError("valid and bad are finalize's row flags: pass both or neither "
-                         f"(got {'bad' if valid is None else 'valid'} alone)")
-    if valid is not None:
-        grad_logprob = torch.where(valid, grad_logprob, 0.0)
-        if grad_entropy is not None:
-            grad_entropy = torch.where(valid, grad_entropy, 0.0)
-        grad_logprob = torch.where(bad, float("nan"), grad_logprob)
-    return grad_logprob, grad_entropy

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from . import batch_invariance, label_check
+from . import batch_invariance, label_check, row_flags
 
 
 def row_slice(inv_temperature, rows: slice):
@@ -151,7 +151,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     With ``logits_dtype`` p comes from the rounded logits, as the forward's, and the
     rounding passes the gradient through unchanged (as autograd through a cast does)."""
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
-    grad_logprob, grad_entropy = label_check.masked_row_grads(grad_logprob, grad_entropy,
+    grad_logprob, grad_entropy = row_flags.masked_row_grads(grad_logprob, grad_entropy,
                                                               valid, bad)
     if local_labels is None:
         local_labels = torch.full((n_tokens,), -1, dtype=torch.int64, device=hidden.device)

@@ -75,7 +75,7 @@ def _worker() -> int:
     assert os.environ.get("TRITON_INTERPRET") == "1"
     import torch
 
-    from megatron_overlay.ops import label_check, linear_logprob_entropy, torch_chunked
+    from megatron_overlay.ops import label_check, linear_logprob_entropy, row_flags, torch_chunked
     from megatron_overlay.ops.kernels import split_operand, triton_impl
 
     assert triton_impl.interpreting(), "kernels were not built for the interpreter"
@@ -176,7 +176,7 @@ def _worker() -> int:
                           block_tokens=16)
                 args = (hidden, weight, labels, inv_t, lse, mean_z)
                 got = triton_impl.backward(*args, g_lp, g_ent, valid=valid, bad=bad, **kw)
-                premasked = triton_impl.backward(*args, *label_check.masked_row_grads(
+                premasked = triton_impl.backward(*args, *row_flags.masked_row_grads(
                     g_lp, g_ent, valid, bad), **kw)
                 ref = torch_chunked.backward(*args, g_lp, g_ent, valid=valid, bad=bad)
                 bad[[5, 20]] = True  # out-of-range labels: NaN rows (and d_weight)

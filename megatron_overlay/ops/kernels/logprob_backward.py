@@ -32,6 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import row_flags
 from . import autotune_configs
 from ._tiles import grouped_ids, mma_step, round_logits
 from .autotune_configs import KernelConfig
@@ -239,9 +240,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     the 16-bit operand's (autotune_configs.MIXED_GRAD16_WITH_LO); split a piece at a time
     within the budget: the fp32 weight's vocab chunk, or the fp32 hidden states' token
     block."""
-    if (valid is None) != (bad is None):
-        raise ValueError("valid and bad are finalize's row flags: pass both or neither "
-                         f"(got {'bad' if valid is None else 'valid'} alone)")
+    row_flags.check_pair(valid, bad)
     check_device(hidden, weight, *([] if local_labels is None else [local_labels]))
     rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
@@ -284,10 +283,10 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     if mma == torch.float16:
         # of the gradients as the kernel takes them (flags), a bad row's NaN left out: it
         # makes that row's d_hidden NaN, not every row's through the scale
-        taken_lp = g_lp if flags is None else torch.where(valid & ~bad, g_lp, 0.0)
+        taken_lp, taken_ent = row_flags.masked_row_grads(g_lp, g_ent if has_entropy else None,
+                                                         valid, bad, bad_as_nan=False)
         unscale = taken_lp.abs().amax()
         if has_entropy:
-            taken_ent = g_ent if flags is None else torch.where(valid, g_ent, 0.0)
             unscale = unscale + taken_ent.abs().amax()
         unscale = unscale.clamp_min(1e-30).reshape(1)
         scale = (1.0 / unscale).contiguous()
