@@ -158,8 +158,7 @@ def status(site: str | os.PathLike | None = None) -> Status:
         core = locate(site)
     except PatchError as err:
         return Status(None, None, UNSUPPORTED, detail=str(err))
-    with lock.shared(core.site):
-        return _judge(locate(site))
+    return lock.read_consistently(core.site, lambda: _judge(locate(site)))
 
 
 def _judge(core: Core) -> Status:
@@ -491,7 +490,8 @@ def verify(site: str | os.PathLike | None = None) -> tuple[bool, Status, list[st
         core = locate(site)
     except PatchError as err:
         return False, Status(None, None, UNSUPPORTED, detail=str(err)), [str(err)]
-    with lock.shared(core.site):
+
+    def check() -> tuple[bool, Status, list[str]]:
         core = locate(site)
         current = _judge(core)
         problems: list[str] = []
@@ -520,4 +520,6 @@ def verify(site: str | os.PathLike | None = None) -> tuple[bool, Status, list[st
             problems.append(f"leftover of an interrupted run: {path}")
         if upstream_form and (core.dist_info / MARKER).exists():
             problems.append(f"a stray overlay marker: {core.dist_info / MARKER}")
-    return not problems, current, problems
+        return not problems, current, problems
+
+    return lock.read_consistently(core.site, check)

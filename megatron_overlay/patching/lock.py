@@ -9,7 +9,8 @@ distributions, never inside megatron-core's dist-info (pip would leave an unreco
 there behind on uninstall or reinstall). It is created by the first writer and never
 deleted (deleting a lock file races with processes waiting on it); a reader never creates
 it: where it does not exist, no overlay command has ever written here, and the reader
-proceeds without a lock. The kernel releases the lock when its holder dies, so a killed
+reads without a lock, then reads again under it if a first writer created it meanwhile
+(``read_consistently``: the first read may have seen that writer's work half done). The kernel releases the lock when its holder dies, so a killed
 run never leaves it held. On Linux, ``flock`` on NFS is carried by NFS byte-range locks,
 so ranks on several hosts sharing one environment serialize too.
 """
@@ -20,10 +21,12 @@ import contextlib
 import fcntl
 import os
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from .errors import PatchError
 
 LOCK_NAME = ".megatron-overlay.lock"
+T = TypeVar("T")
 
 
 def lock_path(directory: Path) -> Path:
@@ -48,14 +51,28 @@ def exclusive(directory: Path):
 
 @contextlib.contextmanager
 def shared(directory: Path):
-    """Hold the directory's lock shared, if it exists; never creates anything."""
+    """Hold the directory's lock shared, if it exists; never creates anything. Yields
+    whether it holds the lock (False: no lock file, or not readable)."""
     try:
         fd = os.open(lock_path(directory), os.O_RDONLY)
     except OSError:  # never written by the overlay, or not readable: nothing to wait for
-        yield
+        yield False
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
-        yield
+        yield True
     finally:
         os.close(fd)
+
+
+def read_consistently(directory: Path, read: Callable[[], T]) -> T:
+    """``read()`` under the shared lock. Where there is no lock file, the read runs
+    unlocked; if the lock file exists once it returns, the first writer started during
+    it (a writer creates the file before it changes anything) and it runs again under
+    the lock, after that writer. Never creates anything."""
+    with shared(directory) as held:
+        result = read()
+    if held or not lock_path(directory).exists():
+        return result
+    with shared(directory):
+        return read()

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import venv
 
 import pytest
@@ -167,3 +168,41 @@ def test_states_read_as_their_names():
     st = patching.Status(None, None, patching.UNSUPPORTED)
     assert json.dumps(st.to_dict()).startswith(
         '{"core_version": null, "release": null, "state": "unsupported", ')
+
+
+def test_a_read_racing_the_first_writer_reads_again_after_it(tmp_path):
+    """No lock file yet (no overlay command ever wrote here): a reader reads unlocked. A
+    first writer that starts during that read creates the lock file before it changes
+    anything; the reader then reads again under the shared lock, after the writer is
+    done, and returns that read. A reader never creates the file itself."""
+    import threading
+
+    from megatron_overlay.patching import lock
+
+    reads, writer_done = [], threading.Event()
+    writer_holds = threading.Event()
+
+    def writer():
+        with lock.exclusive(tmp_path):
+            writer_holds.set()
+            time.sleep(0.3)
+            (tmp_path / "state").write_text("written")
+        writer_done.set()
+
+    def read():
+        if not reads:  # the first, unlocked read: a first writer starts meanwhile
+            threading.Thread(target=writer).start()
+            writer_holds.wait(5)
+        reads.append(((tmp_path / "state").read_text() if (tmp_path / "state").exists()
+                      else "half done", writer_done.is_set()))
+        return reads[-1][0]
+
+    assert lock.read_consistently(tmp_path, read) == "written"
+    assert reads == [("half done", False), ("written", True)]  # the second waited
+
+    # no writer: one read, and still no lock file where none was
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    calls = []
+    assert lock.read_consistently(fresh, lambda: calls.append(1) or "x") == "x"
+    assert calls == [1] and not lock.lock_path(fresh).exists()
