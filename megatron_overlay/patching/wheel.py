@@ -16,6 +16,7 @@ line, the dist-info's name, the overlay's marker and RECORD change.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -153,11 +154,12 @@ def build(release: str, source: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{WHEEL_NAME}-{version}-{match['tags']}.whl"
     # No lock: concurrent builds write the same bytes, each to its own temporary file, and
-    # the rename is atomic (readers see the old wheel or the whole new one).
-    descriptor, name = tempfile.mkstemp(dir=out_dir, prefix=".building-", suffix=".whl")
-    os.close(descriptor)  # zipfile opens it by name
-    tmp = Path(name)
+    # the rename is atomic (readers see the old wheel or the whole new one). Each build
+    # holds flock on its temporary file, so that a build killed before its rename leaves a
+    # file no one holds, which the next build in this directory removes.
+    descriptor, tmp = _held_temporary(out_dir)
     try:
+        _sweep_killed_builds(out_dir)
         with zipfile.ZipFile(tmp, "w") as wheel:
             for info in order:
                 data = changed.get(info.filename, contents.get(info.filename))
@@ -166,7 +168,48 @@ def build(release: str, source: Path, out_dir: Path) -> Path:
         tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
+        os.close(descriptor)  # releases the flock
     return target
+
+
+_BUILDING = ".building-"
+
+
+def _held_temporary(out_dir: Path) -> tuple[int, Path]:
+    """A new ``.building-*.whl`` in ``out_dir`` and its descriptor, holding flock on it.
+    Between mkstemp and flock a sweeping build may take the new file for a killed one and
+    remove it: then the name no longer leads to our file, and we take another."""
+    while True:
+        descriptor, name = tempfile.mkstemp(dir=out_dir, prefix=_BUILDING, suffix=".whl")
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        try:
+            if os.stat(name).st_ino == os.fstat(descriptor).st_ino:
+                return descriptor, Path(name)
+        except FileNotFoundError:
+            pass
+        os.close(descriptor)
+
+
+def _sweep_killed_builds(out_dir: Path) -> None:
+    """Remove the temporary files of builds killed before their rename: those whose flock
+    no process holds (a running build holds its own until it has renamed it)."""
+    for path in out_dir.glob(f"{_BUILDING}*.whl"):
+        try:
+            descriptor = os.open(path, os.O_RDONLY)
+        except OSError:  # renamed or removed meanwhile, or not ours to read
+            continue
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: a build at work
+            os.close(descriptor)
+            continue
+        try:  # unheld: its build was killed; still the file we locked, so remove it
+            if os.stat(path).st_ino == os.fstat(descriptor).st_ino:
+                path.unlink()
+        except OSError:
+            pass
+        finally:
+            os.close(descriptor)
 
 
 def _umask() -> int:

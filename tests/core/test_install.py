@@ -137,6 +137,27 @@ def test_concurrent_wheel_builds_agree(upstream, release, overlay_wheel, tmp_pat
     assert built[0].read_bytes() == overlay_wheel.read_bytes()
 
 
+def test_a_killed_builds_temporary_file_is_swept_a_running_ones_is_not(upstream, release,
+                                                                        tmp_path):
+    """A build killed before its rename leaves its .building-*.whl; the next build in that
+    directory removes it (no process holds its flock), never one a running build holds."""
+    import fcntl
+    killed = tmp_path / ".building-killed.whl"
+    killed.write_bytes(b"PK half a wheel")
+    running = tmp_path / ".building-running.whl"
+    running.write_bytes(b"PK")
+    held = os.open(running, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # as a build at work holds its own
+    try:
+        proc = subprocess.run([*CLI, "wheel", release, "--from", str(upstream), "--out",
+                               str(tmp_path)], capture_output=True, text=True, env=ENV)
+    finally:
+        os.close(held)
+    assert proc.returncode == 0, proc.stderr
+    built = Path(proc.stdout.strip().splitlines()[-1])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([built.name, running.name])
+
+
 def test_wheel_is_readable_by_others_and_leaves_nothing_beside_it(upstream, release, tmp_path):
     """0644 under umask 022, as upstream's wheel beside it; no lock or temporary file."""
     out = tmp_path / "wheelhouse"
