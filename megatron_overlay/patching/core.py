@@ -16,6 +16,7 @@ import json
 import os
 import py_compile
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -284,6 +285,18 @@ def _marker_recorded(core: Core) -> bool:
     return any(row.split(",", 1)[0] == marker_rel for row in _record_rows(record))
 
 
+def _marker_is_stray(core: Core) -> bool:
+    """A marker RECORD does not list (left by a killed run or inherited through a
+    reinstall). Where there is no RECORD (a site pip did not write), one beside a version
+    without the overlay's label: a patched core's METADATA carries the label, and its
+    marker keeps the upstream version that unpatch restores."""
+    if not (core.dist_info / MARKER).exists():
+        return False
+    if (core.dist_info / "RECORD").exists():
+        return not _marker_recorded(core)
+    return core.version != f"{core.release}+{LOCAL_LABEL}"
+
+
 def _check_writable(core: Core, patch_set: PatchSet) -> None:
     """Refuse before writing anything where a file, or a folder that gets staged files
     beside its targets, is read-only."""
@@ -362,17 +375,26 @@ def _with_record(core: Core, changes: dict[Path, bytes | None]) -> dict[Path, by
 
 
 def _refresh_bytecode(paths: list[Path]) -> None:
-    """Drop every cached .pyc of the changed sources and compile the one this Python reads.
+    """Drop every cached .pyc of the changed sources and compile the one this Python reads,
+    unless that folder's cache is another interpreter's alone (patching, say, a Python 3.12
+    site from 3.11: a cpython-311 .pyc there is one upstream's install never had; 3.12
+    compiles its own on the next import).
 
     Runs after the commit, so it never fails the command: a cache that cannot be written
     is only slower imports, as Python checks the source's mtime and size recorded in a .pyc
     and ignores a stale one."""
+    ours = sys.implementation.cache_tag
     for path in paths:
         if path.suffix != ".py":
             continue
         with contextlib.suppress(OSError):
-            for stale in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
+            cache = path.parent / "__pycache__"
+            # whose cache this is: the tags of every module's .pyc there (NAME.TAG[.opt-N].pyc)
+            tags = {pyc.name.split(".")[1] for pyc in cache.glob("*.pyc")}
+            for stale in cache.glob(f"{path.stem}.*.pyc"):
                 stale.unlink(missing_ok=True)
+            if tags and ours not in tags:
+                continue
             py_compile.compile(str(path), cfile=importlib.util.cache_from_source(str(path)),
                                doraise=True)
 
@@ -411,9 +433,8 @@ def _writing(site):
                     f"an interrupted overlay run left {', '.join(unrestored)} changed and its "
                     f"backup is gone. Reinstall megatron-core (`pip install --force-reinstall "
                     f"--no-deps megatron-core=={core.release}`); nothing else was changed")
-            marker = core.dist_info / MARKER
-            if marker.exists() and not _marker_recorded(core):  # a stray: RECORD disowns it
-                marker.unlink()
+            if _marker_is_stray(core):
+                (core.dist_info / MARKER).unlink()
             yield locate(site)
     except OSError as err:
         # replace_all rolls back what it wrote before it raises (and where it cannot, its

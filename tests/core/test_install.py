@@ -333,6 +333,32 @@ def test_verify_says_when_there_is_no_record_to_check(core_copy):
     assert "verify: OK (upstream's own files; hashes agree; no RECORD to check)" in out
 
 
+def test_a_site_without_record_keeps_its_version_label_through_repeated_patches(core_copy):
+    """No RECORD (a site pip did not write) and a local label of its own: a second patch
+    removed the marker as a stray (nothing lists it) and wrote a new one without that
+    label, so unpatch restored "X", not "X+site.1". Now every file comes back."""
+    dist_info = next(core_copy.glob("*.dist-info"))
+    dist_info.joinpath("RECORD").unlink()
+    meta = dist_info / "METADATA"
+    release = patching.status(core_copy).release
+    meta.write_bytes(meta.read_bytes().replace(f"Version: {release}\n".encode(),
+                                               f"Version: {release}+site.1\n".encode(), 1))
+    before = tree_digest(core_copy)
+    for command in ("patch", "patch", "status", "patch", "unpatch"):
+        cli(command, "--site", core_copy, check_rc=0)
+        if command != "unpatch":
+            marker = json.loads((dist_info / patching.core.MARKER).read_text())
+            assert marker["upstream_version"] == f"{release}+site.1"
+    assert f"Version: {release}+site.1\n".encode() in meta.read_bytes()
+    assert tree_digest(core_copy) == before
+    # a marker beside an unlabelled version is still a stray there: the next patch drops it
+    (dist_info / patching.core.MARKER).write_text("{}")
+    assert "leftovers of an interrupted overlay run" in patching.status(core_copy).detail
+    cli("patch", "--site", core_copy, check_rc=0)
+    cli("unpatch", "--site", core_copy, check_rc=0)
+    assert tree_digest(core_copy) == before
+
+
 def test_cli_exit_codes_and_version(core_copy):
     assert "megatron-overlay 0." in cli("--version", check_rc=0).stdout
     cli("status", "--site", core_copy, check_rc=1)       # unpatched: not ready

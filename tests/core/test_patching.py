@@ -56,6 +56,27 @@ def _assert_bytecode_fresh(root, paths):
         assert mtime == int(source.stat().st_mtime) & 0xFFFFFFFF and size == source.stat().st_size
 
 
+def test_another_interpreters_bytecode_is_dropped_and_not_replaced_by_ours(core_copy):
+    """Patching a site whose .pyc are another interpreter's (pip compiled them for the
+    site's Python; the overlay runs from another): the stale ones go, and no .pyc of the
+    running interpreter's tag appears (upstream's files never had one)."""
+    import importlib.util
+
+    release = patching.status(core_copy).release
+    touched = [core_copy / f.path for f in patch_set_for(release).files]
+    other = "cpython-399" if sys.implementation.cache_tag != "cpython-399" else "cpython-398"
+    for source in touched:  # as pip compiles every module for the site's interpreter
+        (source.parent / "__pycache__").mkdir(exist_ok=True)
+        for sibling in source.parent.glob("*.py"):
+            (source.parent / "__pycache__" / f"{sibling.stem}.{other}.pyc").write_bytes(b"old")
+    for step in (patching.patch, patching.unpatch):
+        step(core_copy)
+        for source in touched:
+            cache = source.parent / "__pycache__"
+            assert not list(cache.glob(f"{source.stem}.*.pyc")), list(cache.iterdir())
+            assert not os.path.exists(importlib.util.cache_from_source(str(source)))
+
+
 def test_patching_twice_is_a_noop(core_copy):
     patching.patch(core_copy)
     first = tree_digest(core_copy)
