@@ -208,7 +208,7 @@ def test_a_read_racing_the_first_writer_reads_again_after_it(tmp_path):
             writer_holds.set()
             time.sleep(0.3)
             (tmp_path / "state").write_text("written")
-        writer_done.set()
+            writer_done.set()  # still holding the lock: a reader after it sees this set
 
     def read():
         if not reads:  # the first, unlocked read: a first writer starts meanwhile
