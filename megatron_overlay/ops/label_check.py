@@ -42,6 +42,7 @@ any work, at the same call.
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from functools import partial
 
@@ -53,7 +54,7 @@ STRICT_ENV = "MEGATRON_OVERLAY_STRICT_LABELS"
 MAX_PENDING = 256
 _I64_MAX = torch.iinfo(torch.int64).max
 
-_pending: deque = deque()   # (host record, event, message, pooled buffer), oldest first
+_pending: deque = deque()   # (host record, event, message, pooled buffer, device), oldest first
 _captured: list = []        # (device record, message) made during capture
 # The pinned buffers and events, reused once their record is read: torch's pinned allocator
 # queries the events of every block still in flight on each allocation (12-21
@@ -61,7 +62,12 @@ _captured: list = []        # (device record, message) made during capture
 # in the driver at its first record.
 _free_buffers: dict = {}    # rows (a power of 2) -> [pinned int64 [rows, 4]]
 _lent: dict = {}            # data_ptr -> pooled buffer, lent by host_record, not yet queued
-_free_events: list = []
+# an event records on its device's streams only: pooled per CUDA device index
+_free_events: dict = {}     # device index -> [torch.cuda.Event]
+# The queues and pools above are shared by every thread that runs the ops (a trainer's and
+# an inference thread's, say): each read-modify-write of them holds this lock; no wait on
+# the GPU happens under it.
+_lock = threading.Lock()
 # message(count, low, high, first, deferred=...) -> str: one per kind of record
 
 
@@ -165,6 +171,8 @@ def defer_record(rec: torch.Tensor, labels: torch.Tensor, vocab_size: int,
     if labels.numel():
         _defer(rec, partial(_message, vocab_size=vocab_size, ignore_index=ignore_index,
                             batch=batch))
+    else:
+        _release(rec)
 
 
 def defer_ids(rec: torch.Tensor, ids: torch.Tensor, vocab_size: int,
@@ -175,6 +183,8 @@ def defer_ids(rec: torch.Tensor, ids: torch.Tensor, vocab_size: int,
     if ids.numel():
         _defer(rec, partial(_ids_message, vocab_size=vocab_size, k=ids.shape[-1], name=name,
                             batch=batch))
+    else:
+        _release(rec)
 
 
 def _raise_if_bad(rec: torch.Tensor, message, deferred: bool = False) -> None:
@@ -203,60 +213,92 @@ def host_record(rows: int, device: torch.device) -> torch.Tensor:
         return torch.empty(rows, 4, dtype=torch.int64, device=device)
     buf = _take_buffer(rows)
     view = buf[:rows]
-    _lent[view.data_ptr()] = buf
+    with _lock:
+        _lent[view.data_ptr()] = buf
     return view
 
 
 def _take_buffer(rows: int) -> torch.Tensor:
     size = 1 << max(rows - 1, 0).bit_length()
-    free = _free_buffers.get(size)
-    return free.pop() if free else torch.empty(size, 4, dtype=torch.int64, pin_memory=True)
+    with _lock:
+        free = _free_buffers.get(size)
+        if free:
+            return free.pop()
+    return torch.empty(size, 4, dtype=torch.int64, pin_memory=True)
+
+
+def _give_back(buf: torch.Tensor, event=None, device: int | None = None) -> None:
+    with _lock:
+        _free_buffers.setdefault(buf.shape[0], []).append(buf)
+        if event is not None:
+            _free_events.setdefault(device, []).append(event)
+
+
+def _release(rec: torch.Tensor) -> None:
+    """A lent record that will not be queued (a call with no labels): back to the pool."""
+    with _lock:
+        buf = _lent.pop(rec.data_ptr(), None) if not rec.is_cuda else None
+    if buf is not None:
+        _give_back(buf)
 
 
 def _defer(rec: torch.Tensor, message) -> None:
-    buf = _lent.pop(rec.data_ptr(), None) if not rec.is_cuda else None
+    with _lock:
+        buf = _lent.pop(rec.data_ptr(), None) if not rec.is_cuda else None
     if buf is None and not rec.is_cuda:  # CPU (tests): the record is already on the host
-        _pending.append((rec, None, message, None))
+        with _lock:
+            _pending.append((rec, None, message, None, None))
         return
     if buf is None and _capturing():
-        _captured.append((rec, message))
+        with _lock:
+            _captured.append((rec, message))
         return
     if buf is None:  # a device record: copied into a pooled buffer
         buf = _take_buffer(rec.shape[0])
         host = buf[:rec.shape[0]]
         host.copy_(rec, non_blocking=True)
         rec = host
-    event = _free_events.pop() if _free_events else torch.cuda.Event()
+    # on the current stream, as the kernels that wrote the record (the ops run on the
+    # hidden states' device: forward_only.call)
+    device = torch.cuda.current_device()
+    with _lock:
+        free = _free_events.get(device)
+        event = free.pop() if free else None
+    if event is None:
+        event = torch.cuda.Event()
     event.record()
-    _pending.append((rec, event, message, buf))
+    with _lock:
+        _pending.append((rec, event, message, buf, device))
     while len(_pending) > MAX_PENDING:
-        if _pending[0][1] is not None:
-            _pending[0][1].synchronize()
-        poll()
+        poll(wait=True, at_most=len(_pending) - MAX_PENDING)
 
 
-def poll(wait: bool = False) -> None:
+def poll(wait: bool = False, at_most: int | None = None) -> None:
     """Raise ``ValueError`` for the oldest finished record that found bad labels.
 
     ``wait=False`` looks only at records whose copy has finished (no sync); ``wait=True``
-    waits for all of them. Records are dropped once looked at, so an error is raised once.
+    waits for all of them (``at_most``: the oldest ones only). Records are dropped once
+    looked at, so an error is raised once, by one thread.
     """
     if not _pending or (not wait and _capturing()):  # no event queries inside a capture
         return
-    while _pending:
-        host, event, message, buf = _pending[0]
-        if event is not None:
-            if wait:
-                event.synchronize()
-            elif not event.query():
+    while at_most is None or at_most > 0:
+        with _lock:  # take the oldest: no other thread reads it, or returns its buffer
+            if not _pending:
                 return
-        _pending.popleft()
+            event = _pending[0][1]
+            if event is not None and not wait and not event.query():
+                return
+            host, event, message, buf, device = _pending.popleft()
+        if at_most is not None:
+            at_most -= 1
         try:
+            if event is not None and wait:
+                event.synchronize()  # outside the lock: other threads go on meanwhile
             _raise_if_bad(host, message, deferred=True)
         finally:  # read: the buffer and event serve a later call
             if buf is not None:
-                _free_buffers.setdefault(buf.shape[0], []).append(buf)
-                _free_events.append(event)
+                _give_back(buf, event, device)
 
 
 def check_labels() -> None:
@@ -266,5 +308,7 @@ def check_labels() -> None:
     Also reads the device records of calls captured in CUDA graphs (their latest replay).
     """
     poll(wait=True)
-    for rec, message in _captured:
+    with _lock:
+        captured = list(_captured)
+    for rec, message in captured:
         _raise_if_bad(rec, message, deferred=True)

@@ -10,8 +10,8 @@ there behind on uninstall or reinstall). It is created by the first writer and n
 deleted (deleting a lock file races with processes waiting on it); a reader never creates
 it: where it does not exist, no overlay command has ever written here, and the reader
 reads without a lock, then reads again under it if a first writer created it meanwhile
-(``read_consistently``: the first read may have seen that writer's work half done). The kernel releases the lock when its holder dies, so a killed
-run never leaves it held. On Linux, ``flock`` on NFS is carried by NFS byte-range locks,
+(``read_consistently``: the first read may have seen that writer's work half done). The
+kernel releases the lock when its holder dies, so a killed run never leaves it held. On Linux, ``flock`` on NFS is carried by NFS byte-range locks,
 so ranks on several hosts sharing one environment serialize too.
 """
 

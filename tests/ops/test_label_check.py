@@ -119,3 +119,111 @@ def test_deferred_token_id_record_names_token_ids_and_the_token():
                                          rf"; got 2 outside it .*first at token 2"):
         label_check.check_ids_eagerly(ids, V)
     label_check.check_ids_eagerly(ids.clamp(0, V - 1), V)
+
+
+class _FakeCudaEvent:
+    """torch.cuda.Event's part label_check uses, on the CPU machine: bound to the device of
+    its first record (as CUDA's: recording it on another device's stream raises), and a
+    synchronize that lets other threads run (torch's releases the GIL)."""
+
+    current = 0  # the "current CUDA device" the fake torch.cuda.current_device returns
+
+    def __init__(self):
+        self.device = None
+
+    def record(self):
+        if self.device is not None and self.device != _FakeCudaEvent.current:
+            raise RuntimeError(f"Event device {self.device} does not match recording "
+                               f"stream's device {_FakeCudaEvent.current}")
+        self.device = _FakeCudaEvent.current
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        import time
+        time.sleep(0)
+
+
+@pytest.fixture
+def fake_cuda_records(monkeypatch):
+    """label_check's CUDA path (host_record -> a kernel writes -> defer_record -> poll) with
+    plain CPU buffers in the pool (no pinned allocation) and fake events."""
+    from megatron_overlay.ops import label_check
+    monkeypatch.setattr(torch.cuda, "Event", _FakeCudaEvent)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: _FakeCudaEvent.current)
+    monkeypatch.setattr(label_check, "_free_buffers", {})
+    monkeypatch.setattr(label_check, "_free_events", {})
+    monkeypatch.setattr(label_check, "_lent", {})
+    monkeypatch.setattr(label_check, "_pending", __import__("collections").deque())
+    real_empty = torch.empty
+
+    def empty(*shape, pin_memory=False, **kwargs):  # the pool's new buffers: not pinned
+        return real_empty(*shape, **kwargs)
+    monkeypatch.setattr(label_check.torch, "empty", empty)
+    _FakeCudaEvent.current = 0
+    return label_check
+
+
+def _one_call(label_check, bad_id: int | None):
+    """What a CUDA call does with its record: lent, written by the kernel, queued."""
+    rec = label_check.host_record(1, torch.device("cpu"))
+    rec.copy_(torch.tensor([[1, bad_id, bad_id, 0]] if bad_id is not None else [[0, 0, 0, 0]]))
+    label_check.defer_record(rec, torch.zeros(3, dtype=torch.long), 10, -100)
+
+
+def test_records_from_many_threads_are_each_raised_once(fake_cuda_records):
+    """Threads that run the ops and check_labels at once: every bad record raises exactly
+    once, and no pooled buffer is handed out twice (a poll's read-then-pop raced: records
+    raised twice or never, buffers pooled twice)."""
+    import sys
+    import threading
+    label_check = fake_cuda_records
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    seen, errors = [], []
+    try:
+        def worker(first):
+            for i in range(first, first + 300):
+                try:
+                    _one_call(label_check, i)
+                    label_check.check_labels()
+                except ValueError as e:
+                    seen.append(int(str(e).split("smallest ")[1].split(",")[0]))
+                except Exception as e:  # noqa: BLE001 - any other is the bug
+                    errors.append(e)
+        threads = [threading.Thread(target=worker, args=(k * 1000,)) for k in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        try:
+            label_check.check_labels()
+        except ValueError as e:
+            seen.append(int(str(e).split("smallest ")[1].split(",")[0]))
+    finally:
+        sys.setswitchinterval(switch)
+    assert not errors, errors[:3]
+    assert sorted(seen) == [k * 1000 + i for k in range(4) for i in range(300)]
+    pooled = [id(b) for bufs in label_check._free_buffers.values() for b in bufs]
+    assert len(pooled) == len(set(pooled)) and not label_check._lent
+
+
+def test_pooled_events_stay_on_their_device(fake_cuda_records):
+    """One process, two GPUs (a teacher's top-k on one, the student on the other): an event
+    recorded on device 0 is never recorded again on device 1."""
+    label_check = fake_cuda_records
+    for device in (0, 1, 0, 1):
+        _FakeCudaEvent.current = device
+        _one_call(label_check, None)
+        label_check.check_labels()
+    assert set(label_check._free_events) == {0, 1}
+    assert all(e.device == d for d, events in label_check._free_events.items() for e in events)
+
+
+def test_a_call_without_labels_gives_its_lent_buffer_back(fake_cuda_records):
+    label_check = fake_cuda_records
+    rec = label_check.host_record(1, torch.device("cpu"))
+    label_check.defer_record(rec, torch.zeros(0, dtype=torch.long), 10, -100)
+    rec = label_check.host_record(1, torch.device("cpu"))
+    label_check.defer_ids(rec, torch.zeros(0, 4, dtype=torch.long), 10)
+    assert not label_check._lent and not label_check._pending
+    assert len(label_check._free_buffers[1]) == 1  # the same buffer, lent twice

@@ -172,6 +172,61 @@ def test_synchronized_protocol_orders():
         timing.synchronized(fns, [(0,)], 2, "a", order="random", cuda=False)
 
 
+def test_a_method_that_fails_is_recorded_in_both_protocols_and_the_run_goes_on(
+        tmp_path, monkeypatch):
+    """A method that raises at a shape (a peer out of memory): its row says why; the other
+    methods are timed in bursts and as single calls (--sync handed it on and crashed)."""
+    from tools.bench import methods, op
+
+    class Failing(methods.Method):
+        name, outputs = "failing", "nothing"
+
+        def fwd(self, *inputs):
+            raise RuntimeError("CUDA out of memory (as a peer at a large shape)")
+
+        fb = fwd
+
+    monkeypatch.setitem(op.METHODS, "failing", Failing)
+    out = tmp_path / "failing"
+    assert bench(["op", "--device", "cpu", "--shapes", "64,32,512", "--methods",
+                  "gemm,ours,failing", "--rounds", "2", "--burst-ms", "2", "--heat-s", "0",
+                  "--sync", "--phases", "both", "--out", str(out)]) == 0
+    rows = {r["method"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
+    for phase in ("fwd", "fb"):
+        assert "out of memory" in rows["failing"][f"{phase}_error"]
+        assert f"{phase}_sync_x" not in rows["failing"]
+        assert rows["ours"][f"{phase}_sync_x"][0] > 0 and rows["ours"][f"{phase}_x"] > 0
+
+
+def test_forward_only_methods_alone_time_the_forward_only(tmp_path):
+    # the fp32 / tf32 heads are forward-only: the fb phase has nothing to time (it divided
+    # by zero picking a round's order)
+    out = tmp_path / "heads"
+    assert bench(["op", "--device", "cpu", "--shapes", "64,32,512", "--methods",
+                  "fp32_head,tf32_head", "--rounds", "2", "--burst-ms", "2", "--heat-s", "0",
+                  "--no-grad-check", "--out", str(out)]) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert all(r["fwd_ms"] > 0 and "fb_ms" not in r for r in rows)
+
+
+def test_timing_records_each_failure_and_times_the_rest():
+    from tools.bench import timing
+
+    def fail(x):
+        raise RuntimeError("no")
+
+    got = timing.interleaved({"a": fail}, [(0,)], 3, heat_s=0, burst_ms=1, cuda=False,
+                             log=lambda s: None)
+    assert got["a"].error == "RuntimeError: no" and got["a"].ms == []
+    calls = []
+    fails_later = lambda x: calls.append(x) or (len(calls) > 2 and fail(x))  # noqa: E731
+    got, ratios = timing.synchronized({"ok": lambda x: None, "late": fails_later}, [(0,)],
+                                      2, "ok", calls=4, cuda=False, log=lambda s: None)
+    assert got["late"].error == "RuntimeError: no" and got["late"].ms == []
+    assert len(got["ok"].ms) == 2 and "late" not in ratios
+    assert timing.synchronized({}, [(0,)], 2, "ok", cuda=False) == ({}, {})
+
+
 def test_cpu_smoke_run_against_a_baseline_copy_of_the_package(tmp_path):
     # op --baseline: base, ours, ours_var (forward only), an fb variant (fb only)
     shutil.copytree(REPO / "megatron_overlay", tmp_path / "base" / "megatron_overlay_base")
@@ -245,6 +300,16 @@ def test_distillation_table_of_a_stored_gpu_run(tmp_path, capsys, monkeypatch):
     second = [line for line in lines if line.startswith("| top-k k = 32 fwd |")][1]
     assert second.split(" | ")[3] == (f"{rec['host_ms']:.2f} / "
                                       f"{rec['extra_beyond_outputs_mib']:.1f}")
+
+
+def test_distillation_table_leaves_sweep_rows_out(capsys):
+    # a --sweep run's config rows are kernel configs' times, not a shape of the op table
+    from tools.bench.distill import table
+    run = json.loads((REPO / "docs/h200/pass8/r4/distill/results.json").read_text())
+    plain = table(run)
+    run["results"].append({"shape": [8192, 4096, 151936], "k": 32, "config": "x", "ms": 1.0})
+    run["results"].append({"shape": [7, 7, 7], "k": 32, "config": "y", "ms": 1.0})
+    assert table(run) == plain
 
 
 def test_distillation_table_refuses_what_is_not_a_distill_run(tmp_path, capsys):
@@ -329,6 +394,13 @@ def test_markdown_table_has_one_cell_per_column():
 @pytest.mark.parametrize("argv, message", [
     (["nope"], "invalid choice"),
     (["op", "--logits", "gauss"], "invalid choice"),
+    (["op", "--device", "cpu", "--phases", "fwd, bwd"], "--phases: ['bwd'] not among fwd, fb"),
+    (["op", "--temperature", "1.0", "--sweep", "64,32,512"],
+     "--temperature: --sweep, --host-profile and --breakdown run at T = 0.7"),
+    (["distill", "--device", "cpu", "--methods", "topk_our,at_ours"],
+     "--methods: unknown ['topk_our']"),
+    (["distill", "--device", "cpu", "--methods", "topk_base"], "come with --baseline"),
+    (["distill", "--device", "cpu", "--phases", "bwd"], "--phases: ['bwd'] not among"),
     (["tp", "--worlds", "1,2"], "needs 2 GPUs"),
 ])
 def test_argument_errors_are_usage_errors(argv, message, capsys):

@@ -15,6 +15,14 @@ import threading
 import time
 
 
+def _nvml_handle(pynvml, device_index: int):
+    """NVML's handle of CUDA device ``device_index``: by its UUID, as NVML's own indices
+    ignore CUDA_VISIBLE_DEVICES (with CUDA_VISIBLE_DEVICES=3, CUDA's device 0 is NVML's 3)."""
+    import torch
+    uuid = str(torch.cuda.get_device_properties(device_index).uuid)
+    return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+
+
 class ClockSampler:
     """Samples (host time, SM MHz, watts) every ``period_s``; ``window(t0, t1)`` gives the
     medians of the samples taken in that host-time window, or None without NVML."""
@@ -27,7 +35,7 @@ class ClockSampler:
         try:
             import pynvml
             pynvml.nvmlInit()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+            handle = _nvml_handle(pynvml, device_index)
             self._read = lambda: (pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
                                   pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
             self._read()

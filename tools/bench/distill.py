@@ -1,5 +1,5 @@
-"""The distillation ops on one GPU: top-k forward and log-probs-at fwd and fwd+bwd, beside
-the log-prob op's (issue 20 measures them in one run).
+"""The distillation ops on one GPU (top-k fwd, log-probs at ids fwd and fwd+bwd) beside the
+log-prob op's, in one run (issue 20).
 
 Per shape (N tokens, H hidden, V vocab; bf16, T = 0.7) and k, against the GEMM floor (fb:
 with the two backward GEMMs): topk_ours (linear_topk_logprobs) and topk_torch (torch.topk
@@ -49,7 +49,7 @@ from .clocks import ClockSampler
 from .inputs import SHAPES, TEMPERATURE, distill_inputs, shape
 from .methods import import_baseline, peak_extra_gib
 from .report import Run, markdown
-from .timing import timing_options
+from .timing import parse_phases, timing_options
 
 KS = [1, 8, 32]
 CHECK_ROWS = 256
@@ -161,14 +161,20 @@ BASE_OF = {"topk_base": "topk_ours", "at_base": "at_ours", "at_base_fb": "at_our
            "logprob_base": "logprob_ours", "logprob_base_fb": "logprob_ours_fb"}
 
 
-def _methods(args) -> dict:
+def _methods(args, check_only: bool = False) -> dict:
     every = {"topk_ours": topk_ours, "topk_torch": topk_torch,
              "at_ours": lambda k: at_ours(), "at_ours_fb": lambda k: at_ours_fb(),
              "at_torch_fb": lambda k: at_torch_fb, "logprob_ours": lambda k: logprob_ours(),
              "logprob_ours_fb": lambda k: logprob_ours_fb()}
     if args.invariance_ab:
         every["topk_ours_variant"] = topk_ours_variant
-    selected = args.methods.split(",")
+    selected = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in selected if m not in every]
+    if unknown:  # topk_ours_variant comes with --invariance-ab; base's with --baseline
+        args.parser.error(f"--methods: unknown {unknown}; choose from {', '.join(every)} "
+                          f"(base's counterparts of those come with --baseline)")
+    if check_only:
+        return {}
     if args.baseline:
         base = importlib.import_module(f"{import_baseline(args.baseline)}.ops")
         every.update(topk_base=lambda k: topk_ours(k, base), at_base=lambda k: at_ours(base),
@@ -177,7 +183,7 @@ def _methods(args) -> dict:
                      logprob_base_fb=lambda k: logprob_ours_fb(base))
         selected += [name for name, ours in BASE_OF.items() if ours in selected]
     return {name: make for name, make in every.items()
-            if (name in FORWARD_ONLY or "fb" in args.phases)
+            if ("fwd" if name in FORWARD_ONLY else "fb") in args.phases
             and (name == "topk_ours_variant" or name in selected)}
 
 
@@ -332,13 +338,12 @@ def table(run: dict) -> str:
     shape (columns) the ratio to the GEMM floor in both protocols (bursts / single
     synchronized calls, each a median over the rounds), then host time a call and extra
     memory."""
-    results = run["results"]
-    shapes = list(dict.fromkeys(tuple(r["shape"]) for r in results if "shape" in r))
+    # a --sweep row ({"shape", "k", "config", "ms", ...}) is a kernel config's time, not an op's
+    results = [r for r in run["results"] if "shape" in r and "config" not in r]
+    shapes = list(dict.fromkeys(tuple(r["shape"]) for r in results))
     ops: dict = {}   # (method, k) -> {shape: record}, in the order the run logged them
     floor: dict = {}  # (gemm method, shape) -> record
     for r in results:
-        if "shape" not in r:  # a --sweep row has no per-op records
-            continue
         if "method" in r:
             floor[r["method"], tuple(r["shape"])] = r
             continue
@@ -412,10 +417,12 @@ def add_arguments(p):
                         "(forward), at_ours_fb, at_torch_fb, logprob_ours_fb "
                         "(forward+backward)")
     p.add_argument("--phases", default="fwd,fb",
-                   help="fwd,fb (default) or fwd: the forward-only methods alone")
+                   help="fwd,fb (default, or both), fwd: the forward-only methods alone, or "
+                        "fb: the forward+backward ones alone")
     p.add_argument("--baseline", default=None, metavar="DIR",
                    help="DIR/megatron_overlay_base (another commit's package): its ops beside "
-                        "ours (topk_base, at_base, at_base_fb) and ours' vs_base ratios")
+                        "ours (topk_base, at_base, at_base_fb, logprob_base, logprob_base_fb) "
+                        "and ours' vs_base ratios")
     p.add_argument("--invariance-ab", action="store_true",
                    help="also topk_ours_variant: topk_ours with batch invariance off")
     p.add_argument("--sync", action="store_true",
@@ -441,6 +448,8 @@ def main(args, argv) -> int:
         except (ValueError, KeyError, TypeError) as err:
             args.parser.error(f"--table {args.table}: not a distill results.json ({err!r})")
         return 0
+    args.phases = parse_phases(args.parser, args.phases)
+    _methods(args, check_only=True)  # a bad --methods is an argument error before any work
     if args.device == "cuda" and not torch.cuda.is_available():
         args.parser.error("needs a CUDA GPU (--device cpu runs a smoke run without one)")
     if args.device == "cpu" and args.sweep:

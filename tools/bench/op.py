@@ -94,21 +94,26 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
         if phase not in args.phases:
             continue
         live = {m: getattr(o, phase) for m, o in objs.items() if phase in o.phases}
+        if not live:  # e.g. only forward-only heads selected: nothing to time in fb
+            continue
         with ctx():
             got = timing.interleaved(live, inputs, args.rounds, burst_ms=args.burst_ms,
                                      heat_s=args.heat_s, clocks=clocks, log=log,
                                      cuda=args.device == "cuda")
         ratios = timing.paired_ratios(got, "gemm")
         if args.sync:  # the same methods as single synchronized calls (the host's time shows)
-            with ctx():
+            with ctx():  # those the bursts did not drop (their error is in the row)
                 single, single_ratios = timing.synchronized(
-                    live, inputs, args.rounds, "gemm", clocks=clocks, log=log,
+                    {m: f for m, f in live.items() if not got[m].error}, inputs,
+                    args.rounds, "gemm", clocks=clocks, log=log,
                     cuda=args.device == "cuda", calls=args.sync_calls,
                     order=args.sync_order)
             for m, r in single_ratios.items():
                 rows[m][f"{phase}_sync_x"] = list(r)
             for m, t in single.items():
                 rows[m][f"{phase}_sync_ms"] = t.median_ms
+                if t.error:
+                    rows[m][f"{phase}_sync_error"] = t.error
         if "base" in got:
             for m, r in timing.paired_ratios(got, "base").items():
                 rows[m][f"{phase}_vs_base"] = list(r)
@@ -154,7 +159,8 @@ def diagnose(shape, args, clocks, log):
     """The same gemm-vs-ours ratios under each protocol of tools/bench/protocols.py, forward
     and forward+backward, each protocol twice in a row."""
     n, hdim, v = shape
-    sets, w = make_inputs(n, hdim, v, seed=n, logits=args.logits)
+    sets, w = make_inputs(n, hdim, v, seed=n, logits=args.logits, labels=args.labels,
+                          temperature=args.temperature)
     a, b = loss_coeffs(n, w.device)
     objs = _build(args.methods, log, args.temperature)
     out = {"shape": list(shape)}
@@ -192,7 +198,8 @@ def add_arguments(p):
     p.add_argument("--labels", default="uniform", choices=LABELS,
                    help="sampled: drawn from the exact softmax, as rollout tokens are")
     p.add_argument("--temperature", type=float, default=TEMPERATURE)
-    p.add_argument("--phases", default="fwd,fb", help="fwd, fb or both")
+    p.add_argument("--phases", default="fwd,fb",
+                   help="fwd,fb (default), fwd, fb or both (= fwd,fb)")
     p.add_argument("--skip", default="", help="method@N pairs to skip, e.g. materialized@32768")
     p.add_argument("--no-grad-check", action="store_true")
     p.add_argument("--grad-shape", help="N,H,V of the gradient check (default 2048 tokens at "
@@ -215,10 +222,17 @@ def main(args, argv) -> int:
                                                  DEFAULT_METHODS)).split(",") if m]
     args.methods += [add_fb_variant(spec) for spec in args.fb_variant]
     args.protocols = [x for x in args.protocols.split(",") if x]
-    args.phases = args.phases.split(",")
+    args.phases = timing.parse_phases(args.parser, args.phases)
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
         args.parser.error(f"--methods: unknown {unknown}; choose from {sorted(METHODS)}")
+    fixed = [f"--{name}" for name, default in (("temperature", TEMPERATURE),
+                                                ("logits", "iid"), ("labels", "uniform"))
+             if getattr(args, name) != default]
+    if fixed and (args.sweep or args.host_profile or args.breakdown):
+        args.parser.error(f"{', '.join(fixed)}: --sweep, --host-profile and --breakdown run at "
+                          f"T = {TEMPERATURE} on iid inputs with uniform labels; these "
+                          f"options apply to the method table and --diagnose")
     if args.device == "cuda" and not torch.cuda.is_available():
         args.parser.error("needs a CUDA GPU (--device cpu runs a smoke run without one)")
     if args.device == "cpu" and (args.diagnose or args.sweep
@@ -266,7 +280,8 @@ def main(args, argv) -> int:
     run.write("results.json", {"meta": meta, "rows": rows, **extra})
     (out / "table.md").write_text(report.table(rows) + "\n")
     try:
-        report.plot(rows, out / "bench.png")
+        report.plot(rows, out / "bench.png", title=f"fused log-prob + entropy, bf16, "
+                    f"T = {args.temperature:g}, {meta['device']}")
     except Exception as e:
         log(f"plot failed: {e}")
     log(report.table(rows))

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from .inputs import fp32_grads, loss_coeffs, make_inputs
+from .inputs import TEMPERATURE, fp32_grads, loss_coeffs, make_inputs
 from .methods import Ours
 
 
@@ -23,7 +23,8 @@ def _fb_inputs(n, hdim, v, seed=11, coeff_seed=1):
 def grad_check(methods, n, hdim, v, log):
     """Each method's d_hidden, d_weight (bf16) vs an fp32 autograd reference on the same
     bf16 inputs: relative Frobenius error, also in units of the error of rounding that
-    reference to bf16 (under "bf16_rounding")."""
+    reference to bf16 (under "bf16_rounding"). At T = TEMPERATURE, the methods' default
+    (whatever a run's --temperature), iid inputs and uniform labels."""
     h, w, y, a, b = _fb_inputs(n, hdim, v, seed=7, coeff_seed=3)
     ref = dict(zip(("d_hidden", "d_weight"), fp32_grads(h, w, y, a, b)))
 
@@ -31,7 +32,7 @@ def grad_check(methods, n, hdim, v, log):
         return {"rel_err": (got - r).norm().item() / r.norm().item(),
                 "max_abs": (got - r).abs().max().item()}
 
-    out = {"N": n, "H": hdim, "V": v, "bf16_rounding": {
+    out = {"N": n, "H": hdim, "V": v, "temperature": TEMPERATURE, "bf16_rounding": {
         k: errors(r.to(torch.bfloat16).float(), r) for k, r in ref.items()}}
     for m, method in methods.items():
         out[m] = {k: errors(got.float(), ref[k]) for k, got in zip(ref, method.fb(h, w, y, a, b))}

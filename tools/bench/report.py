@@ -1,5 +1,4 @@
-"""What a run leaves: its folder, log and JSON; markdown tables; the op's figure (redrawn
-from results.json on a CPU)."""
+"""What a run leaves: its folder, log and JSON; markdown tables; the op's figure."""
 
 from __future__ import annotations
 
@@ -77,7 +76,7 @@ def table(rows):
         for r in rows])
 
 
-def plot(rows, path, title="fused log-prob + entropy, bf16, T = 0.7, one H200"):
+def plot(rows, path, title="fused log-prob + entropy"):
     """Per shape: time (forward; forward + backward) and peak extra memory of every method,
     each relative to the GEMM floor's of the same shape and run. Whiskers: the range of the
     per-round ratios."""

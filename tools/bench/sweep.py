@@ -80,7 +80,10 @@ def sweep(shape, log, operands="bf16"):
             del dh, dw
             rec["ms"] = cuda_time(lambda: ti.backward(h, w, y, inv_t, lse, mean_z, g_lp, g_ent,
                                                       config=cfg), [()], 1, 3)
+            # x_gemm: over one forward GEMM (as the forward's, the key stored runs have);
+            # x_floor: over the backward's own floor, its two GEMMs
             rec["x_gemm"] = rec["ms"] / gemm_ms
+            rec["x_floor"] = rec["ms"] / bwd_gemms_ms
         except Exception as e:
             rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
         log(f"  bwd {json.dumps(rec)}")

@@ -107,7 +107,7 @@ def interleaved(fns: dict, inputs, rounds: int, *, burst_ms: float = 300.0,
             torch.cuda.empty_cache()
     if live and heat_s > 0:
         heat(fns[live[0]], inputs, heat_s, cuda=cuda)
-    for r in range(rounds):
+    for r in range(rounds if live else 0):  # none left: each has its error
         order = live[r % len(live):] + live[:r % len(live)] if rotate_order else list(live)
         for name in order:
             t = out[name]
@@ -123,6 +123,20 @@ def interleaved(fns: dict, inputs, rounds: int, *, burst_ms: float = 300.0,
 
 
 SYNC_ORDERS = ("blocks", "interleaved")
+PHASES = ("fwd", "fb")
+
+
+def parse_phases(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """--phases: a comma-separated selection of PHASES ("both": all of them); anything
+    else is an argument error, not a run that measures nothing."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if items == ["both"]:
+        return list(PHASES)
+    unknown = [x for x in items if x not in PHASES]
+    if unknown or not items:
+        parser.error(f"--phases: {unknown or text!r} not among {', '.join(PHASES)} (give "
+                     f"e.g. fwd,fb, fwd, fb or both)")
+    return [x for x in PHASES if x in items]
 
 
 def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
@@ -151,12 +165,21 @@ def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
     per_block = max(1, math.ceil(calls / rounds))
     got = {name: Timing(name) for name in fns}
     live = list(fns)
-    for r in range(rounds):
+    for r in range(rounds if live else 0):
         for name in live[r % len(live):] + live[:r % len(live)]:
             fn, t = fns[name], got[name]
-            burst(fn, inputs, 1, r, cuda=cuda)  # untimed: the GPU's state after this method
+            if t.error:
+                continue
             t0 = time.perf_counter()
-            block = [burst(fn, inputs, 1, r + i + 1, cuda=cuda) for i in range(per_block)]
+            try:
+                burst(fn, inputs, 1, r, cuda=cuda)  # untimed: the GPU's state after it
+                t0 = time.perf_counter()
+                block = [burst(fn, inputs, 1, r + i + 1, cuda=cuda) for i in range(per_block)]
+            except Exception as e:  # as interleaved: recorded, the others go on
+                t.error = f"{type(e).__name__}: {str(e)[:300]}"
+                t.ms.clear()
+                log(f"  {name} (sync): {t.error}")
+                continue
             t1 = time.perf_counter()
             t.ms.append(statistics.median(block))
             t.calls = per_block
@@ -200,7 +223,8 @@ def timing_options(p: argparse.ArgumentParser, rounds: int = 7) -> None:
                    help="seconds of the first method before timing (steady power state)")
     p.add_argument("--sync-calls", type=int, default=None, metavar="N",
                    help="with --sync: single synchronized calls a method (default 4 x "
-                        "--rounds)")
+                        "--rounds; blocks order: rounded up to a multiple of --rounds, "
+                        "each after one untimed call)")
     p.add_argument("--sync-order", choices=SYNC_ORDERS, default="blocks",
                    help="with --sync: each method's single calls in blocks, one block a "
                         "round after an untimed call (default), or interleaved call by call "
