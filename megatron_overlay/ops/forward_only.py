@@ -12,6 +12,7 @@ gradient, so ``apply`` would have returned them as they are, detached from any g
 from __future__ import annotations
 
 import torch
+from torch.autograd import forward_ad
 
 
 class ForwardOnlyContext:
@@ -30,7 +31,17 @@ class ForwardOnlyContext:
 def call(function: type[torch.autograd.Function], hidden: torch.Tensor, weight: torch.Tensor,
          *args):
     """``function.apply(hidden, weight, *args)``, through autograd only where a gradient
-    can reach ``hidden`` or ``weight`` (the ops' only differentiable inputs)."""
-    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+    can reach ``hidden`` or ``weight`` (the ops' only differentiable inputs), or forward
+    AD is on (``apply`` refuses it: the ops have no jvp, and the kernels would drop the
+    tangents silently).
+
+    On the hidden states' CUDA device: the kernels launch on the current device's stream
+    (Triton's launcher, as ours), so with the tensors on another GPU they would run there
+    and read across devices (as torch's ops do, the device is switched for the call)."""
+    if hidden.is_cuda and hidden.get_device() != torch.cuda.current_device():
+        with torch.cuda.device(hidden.device):
+            return call(function, hidden, weight, *args)
+    if (torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)) or (
+            forward_ad._current_level >= 0):
         return function.apply(hidden, weight, *args)
     return function.forward(ForwardOnlyContext(2 + len(args)), hidden, weight, *args)

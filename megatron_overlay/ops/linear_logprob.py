@@ -105,5 +105,8 @@ def linear_logprob_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: t
                            ignore_index=ignore_index, strict_labels=strict_labels,
                            logits_dtype=logits_dtype)
     world = dist.get_world_size(tp_group) if tp_group is not None else 1
-    validate_inputs(hidden, weight, labels, params, vocab_size=weight.shape[0] * world)
+    # a weight that is not a 2-D tensor: validate_inputs' error names it
+    vocab = weight.shape[0] * world if isinstance(weight, torch.Tensor) and weight.dim() == 2 \
+        else 0
+    validate_inputs(hidden, weight, labels, params, vocab_size=vocab)
     return forward_only.call(LinearLogprobEntropy, hidden, weight, labels, params, tp_group)

@@ -59,12 +59,3 @@ class LogprobParams:
             raise TypeError(f"strict_labels must be a bool or None, got "
                             f"{type(self.strict_labels).__name__}")
 
-    @property
-    def inv_temperature(self) -> float:
-        """For a float temperature; the ops turn a tensor into per-row values themselves
-        (temperature.inverse_temperature)."""
-        if not isinstance(self.temperature, (int, float)):
-            raise TypeError("inv_temperature is defined for a float temperature only; use "
-                            "ops.temperature.inverse_temperature for a tensor")
-        return 1.0 / float(self.temperature)
-

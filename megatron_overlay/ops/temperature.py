@@ -65,6 +65,8 @@ def check_temperature_values(temperature: torch.Tensor) -> None:
         value = temperature.reshape(-1)[first].item()
         if value <= 0 or not math.isfinite(value):
             rule = "finite and > 0 everywhere"
+        elif value > 1:  # finite in its own dtype, inf in fp32
+            rule = f"finite in fp32 everywhere (at most {torch.finfo(torch.float32).max:.4g})"
         else:  # positive: below fp32's smallest normal number as the ops take it
             rule = f"finite and >= {MIN_TEMPERATURE:.4g} everywhere in fp32 (fp32's smallest " \
                    f"normal number: its inverse must be finite)"

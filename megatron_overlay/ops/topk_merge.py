@@ -33,6 +33,16 @@ def order_candidates(values: torch.Tensor, ids: torch.Tensor, k: int):
     return values.gather(1, by_value), ids.gather(1, by_value)
 
 
+def chosen_columns(chosen: torch.Tensor, kk: int, sync_free: bool) -> torch.Tensor:
+    """The ascending column indices [n, kk] of a bool [n, w] with kk True a row.
+    ``sync_free`` (CUDA): a stable sort of not-chosen, which puts the chosen first in
+    column order, instead of ``nonzero`` (a host sync: its size is data-dependent; on the
+    CPU, where no sync exists, it is the cheaper one)."""
+    if sync_free:
+        return (~chosen).to(torch.int8).argsort(dim=1, stable=True)[:, :kk]
+    return chosen.nonzero()[:, 1].view(chosen.shape[0], kk)
+
+
 def tile_topk(z: torch.Tensor, k: int, id_offset: int):
     """Exact top-``k`` of a [n, w] logits tile with ties to the lower column: (values
     [n, min(k, w)], ids + id_offset), in the order above. ``torch.topk`` alone picks
@@ -46,7 +56,7 @@ def tile_topk(z: torch.Tensor, k: int, id_offset: int):
     # of the columns equal to the k-th value, the lowest ones fill the remaining places
     room = kk - above.sum(dim=1, keepdim=True)
     chosen = above | (tied & (tied.cumsum(dim=1) <= room))
-    cols = chosen.nonzero()[:, 1].view(n, kk)  # ascending columns per row
+    cols = chosen_columns(chosen, kk, sync_free=z.is_cuda)
     values = z.gather(1, cols)
     by_value = _sort_key(values).argsort(dim=1, descending=True, stable=True)
     return values.gather(1, by_value), cols.gather(1, by_value) + id_offset

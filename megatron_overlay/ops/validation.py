@@ -19,14 +19,21 @@ def validate_inputs(hidden, weight, labels, params: LogprobParams, vocab_size: i
     """Shapes, dtypes, devices and label range; errors name the argument and the fix."""
     validate_matrices(hidden, weight)
     if not isinstance(labels, torch.Tensor) or labels.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"labels must be an int64 tensor of token ids, got "
-                        f"{labels.dtype if isinstance(labels, torch.Tensor) else type(labels)}")
+        raise TypeError(f"labels must be an int64 (or int32) tensor of token ids, got "
+                        f"{labels.dtype if isinstance(labels, torch.Tensor) else type(labels)}; "
+                        f"pass e.g. labels.long()")
+    if labels.dtype == torch.int32 and not -2 ** 31 <= params.ignore_index < 2 ** 31:
+        # torch and Triton compare int32 labels with it cast to int32, where it wraps (an
+        # ignore_index of -2^32 - 100 would ignore the label -100)
+        raise ValueError(f"ignore_index={params.ignore_index} does not fit the int32 labels; "
+                         f"pass labels.long(), or an ignore_index within int32")
     if labels.shape != hidden.shape[:1]:
         raise ValueError(f"labels must have shape [{hidden.shape[0]}] (one id per token), got "
                          f"{tuple(labels.shape)}")
     if labels.device != hidden.device or weight.device != hidden.device:
         raise ValueError(f"hidden ({hidden.device}), weight ({weight.device}) and labels "
-                         f"({labels.device}) must be on one device")
+                         f"({labels.device}) must be on one device; move them, e.g. "
+                         f"labels.to(hidden.device)")
     # The label range: here on CPU and in strict mode (one sync on CUDA); otherwise on the
     # device, inside the op, raised later without a sync (ops/label_check.py).
     if not labels.is_cuda or label_check.strict_mode(params.strict_labels):
@@ -42,7 +49,7 @@ def validate_matrices(hidden, weight) -> None:
         raise ValueError("weight must be a 2-D [vocab, hidden] tensor")
     if hidden.dtype not in _FLOAT_DTYPES or weight.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"hidden and weight must be float32, bfloat16 or float16, got "
-                        f"{hidden.dtype} and {weight.dtype}")
+                        f"{hidden.dtype} and {weight.dtype}; cast, e.g. hidden.float()")
     if hidden.dtype != weight.dtype and torch.float32 not in (hidden.dtype, weight.dtype):
         raise TypeError(f"hidden ({hidden.dtype}) and weight ({weight.dtype}): the operands "
                         f"must share a dtype, or one of them be float32; cast one, e.g. "

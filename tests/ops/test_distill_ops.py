@@ -307,3 +307,56 @@ def test_numpy_integers_are_ints():
         validate_k(np.float64(3.0), 40)
     with pytest.raises(ValueError, match="got k=41"):
         validate_k(np.int64(41), 40)
+
+
+@pytest.mark.parametrize("op", ["logprob", "at", "topk"])
+def test_forward_mode_ad_is_refused_not_silently_dropped(op):
+    """Dual inputs (torch.func.jvp, forward_ad): the ops have no jvp. Without a tensor that
+    requires grad the call skipped Function.apply, and a kernel (which sees only data
+    pointers) would return outputs without the tangent; now apply refuses it."""
+    from torch.autograd import forward_ad
+
+    from megatron_overlay.ops import linear_logprob_entropy
+    hidden, weight, labels = make(6, 8, 40)
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(hidden, torch.randn_like(hidden))
+        with pytest.raises(NotImplementedError, match="jvp"):
+            if op == "logprob":
+                linear_logprob_entropy(dual, weight, labels)
+            elif op == "at":
+                linear_logprobs_at(dual, weight, labels[:, None])
+            else:
+                linear_topk_logprobs(dual, weight, 3)
+    # and outside a dual level the forward-only path is taken as before
+    assert linear_logprob_entropy(hidden, weight, labels)[0].grad_fn is None
+
+
+def test_chosen_columns_without_a_sync_are_nonzeros():
+    """The torch top-k path on CUDA picks a tile's columns by a stable sort (nonzero syncs
+    the host); it must give nonzero's ascending columns for every mask with kk a row."""
+    from megatron_overlay.ops.topk_merge import chosen_columns
+    g = torch.Generator().manual_seed(3)
+    for _ in range(100):
+        n, w = 4, int(torch.randint(1, 70, (1,), generator=g))
+        kk = int(torch.randint(1, w + 1, (1,), generator=g))
+        chosen = torch.zeros(n, w, dtype=torch.bool)
+        for row in range(n):
+            chosen[row, torch.randperm(w, generator=g)[:kk]] = True
+        assert torch.equal(chosen_columns(chosen, kk, sync_free=True),
+                           chosen_columns(chosen, kk, sync_free=False))
+
+
+def test_an_ignore_index_int32_labels_cannot_hold_is_refused():
+    """int32 labels are compared with ignore_index cast to int32, where -2^32 - 100 wraps to
+    -100 (torch's path ignored the label -100 then; the kernel's padding rows read it)."""
+    from megatron_overlay.ops import linear_logprob_entropy
+    hidden, weight, labels = make(6, 8, 40)
+    wide = -(2 ** 32) - 100
+    with pytest.raises(ValueError, match=r"ignore_index=-4294967396 does not fit the int32 "
+                                         r"labels; pass labels.long\(\)"):
+        linear_logprob_entropy(hidden, weight, labels.int(), ignore_index=wide)
+    with pytest.raises(ValueError, match="does not fit the int32 labels"):
+        linear_topk_logprobs(hidden, weight, 2, labels=labels.int(), ignore_index=wide)
+    got = linear_logprob_entropy(hidden, weight, labels, ignore_index=wide)  # int64: fine
+    ref = linear_logprob_entropy(hidden, weight, labels)
+    assert torch.equal(got[0], ref[0])

@@ -175,3 +175,11 @@ def test_a_cpu_scalar_temperature_is_taken_on_any_device():
     assert isinstance(on_cpu, torch.Tensor) and torch.equal(on_cpu, torch.full((3,), 2.0))
     with pytest.raises(ValueError, match="temperature is on cpu but the hidden states are on"):
         inverse_temperature(torch.full((3,), 0.5), 3, torch.device("meta"))
+
+
+def test_an_entry_that_overflows_fp32_says_so():
+    hidden, weight, labels = make(4, 8, 16)
+    t = torch.tensor([1.0, 1e39, 1.0, 1.0], dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"finite in fp32 everywhere \(at most 3.403e\+38\), "
+                                         r"got 1e\+39 at flat index 1"):
+        linear_logprob_entropy(hidden, weight, labels, temperature=t)

@@ -136,6 +136,29 @@ def test_a_cpu_scalar_temperature_on_a_cuda_model_is_the_float():
     assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_tensors_on_another_gpu_than_the_current_one():
+    """The kernels launch on the current device's stream: with the tensors on cuda:1 and
+    cuda:0 current, the call runs on cuda:1 (as torch's ops do), the same bits as there."""
+    hidden, weight, labels = (t.to("cuda:1") for t in _inputs(96, 128, 3000, torch.bfloat16,
+                                                               seed=7))
+    labels[labels < 0] = -100
+
+    def run():
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        lp, ent = linear_logprob_entropy(h, w, labels, temperature=0.7)
+        (lp.sum() + ent.sum()).backward()
+        return lp.detach(), ent.detach(), h.grad, w.grad
+
+    with torch.cuda.device(1):
+        want = run()
+    torch.cuda.set_device(0)
+    got = run()
+    assert torch.cuda.current_device() == 0
+    for a, b in zip(got, want):
+        assert a.device == torch.device("cuda:1") and torch.equal(a, b)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_bad_label_makes_only_its_rows_gradient_nan(dtype, monkeypatch):
     """What CUDA computes before the host learns of an out-of-range label (the check
