@@ -59,6 +59,11 @@ def _temperature(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(
             f"must be finite and > 0, got {text} (1.0 is the unscaled distribution)")
+    from .ops.temperature import validate_temperature
+    try:  # the ops' own range (fp32's smallest normal number and up)
+        validate_temperature(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).replace("temperature ", "", 1)) from None
     return value
 
 

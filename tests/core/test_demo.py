@@ -22,6 +22,8 @@ def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("args, text", [
     (["--temperature", "0"], "argument --temperature: must be finite and > 0, got 0"),
     (["--temperature", "inf"], "argument --temperature: must be finite and > 0"),
+    (["--temperature", "1e-39"], "argument --temperature: must be >= 1.175e-38 (fp32's "
+                                 "smallest normal number"),
     (["--temperature", "warm"], "argument --temperature: 'warm' is not a number"),
     (["--tokens", "7"], "argument --tokens: must be even"),
     (["--tokens", "-2"], "argument --tokens: must be >= 2"),

@@ -97,7 +97,8 @@ ERRORS = {
     "label_negative": ("ValueError", "labels out of range"),
     "label_one_bad": ("ValueError", "first at [batch 1, position 2])"),
     "label_shape": ("ValueError", "labels must be [batch, seq]"),
-    "label_dtype": ("TypeError", "labels must be an int64 tensor"),
+    "label_dtype": ("TypeError", "labels must be an int64 (or int32) tensor of token ids, "
+                                 "got torch.float32; pass e.g. labels.long()"),
     "unknown_name": ("ValueError", "known: fused_ce_loss, fused_logprob, fused_logprobs_at, "
                               "fused_topk_logprobs, logits"),
     "misspelled_context_key": ("ValueError", "'temprature' (did you mean 'temperature'?)"),
