@@ -16,7 +16,7 @@ from .first_order import first_order
 from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
-from .validation import validate_inputs
+from .validation import global_vocab, validate_inputs
 from .vocab_parallel import complete_grads, gather_stats, shard_labels, shard_layout
 
 __all__ = ["LinearLogprobEntropy", "linear_logprob_entropy"]
@@ -105,8 +105,5 @@ def linear_logprob_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: t
                            ignore_index=ignore_index, strict_labels=strict_labels,
                            logits_dtype=logits_dtype)
     world = dist.get_world_size(tp_group) if tp_group is not None else 1
-    # a weight that is not a 2-D tensor: validate_inputs' error names it
-    vocab = weight.shape[0] * world if isinstance(weight, torch.Tensor) and weight.dim() == 2 \
-        else 0
-    validate_inputs(hidden, weight, labels, params, vocab_size=vocab)
+    validate_inputs(hidden, weight, labels, params, vocab_size=global_vocab(weight, world))
     return forward_only.call(LinearLogprobEntropy, hidden, weight, labels, params, tp_group)

@@ -27,7 +27,7 @@ from .params import LogprobParams
 from .stages import pick_topk_impl
 from .temperature import inverse_temperature
 from .topk_merge import PAD_ID, order_candidates
-from .validation import validate_inputs, validate_matrices
+from .validation import global_vocab, validate_inputs, validate_matrices
 from .vocab_parallel import gather_stats, shard_ids, shard_labels, shard_layout
 
 MAX_K = 256
@@ -168,8 +168,7 @@ def linear_topk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, k: int, *,
                            ignore_index=ignore_index, strict_labels=strict_labels,
                            logits_dtype=logits_dtype)
     world = dist.get_world_size(tp_group) if tp_group is not None else 1
-    vocab = weight.shape[0] * world if isinstance(weight, torch.Tensor) and weight.dim() == 2 \
-        else 0
+    vocab = global_vocab(weight, world)
     if labels is not None:
         validate_inputs(hidden, weight, labels, params, vocab_size=vocab)
     else:

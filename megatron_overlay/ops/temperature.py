@@ -12,9 +12,8 @@ dtype are checked on the host (metadata, no sync). Its values: on CPU, checked a
 instead a non-finite or non-positive entry turns that row's inverse temperature into NaN
 on the device: every output of that row is NaN, never a plausible wrong number. "Bad"
 includes a positive temperature below fp32's smallest normal number (MIN_TEMPERATURE),
-whose fp32 inverse overflows. Call
-:func:`check_temperature_values` yourself where one sync is acceptable to get the
-ValueError on CUDA too.
+whose fp32 inverse overflows. Call :func:`check_temperature_values` yourself where one
+sync is acceptable to get the ValueError on CUDA too.
 """
 
 from __future__ import annotations

@@ -40,6 +40,13 @@ def validate_inputs(hidden, weight, labels, params: LogprobParams, vocab_size: i
         label_check.check_eagerly(labels, vocab_size, params.ignore_index, params.token_batch)
 
 
+def global_vocab(weight, world: int) -> int:
+    """The vocab size of ``world`` shards like ``weight`` [V_local, H]; 0 where ``weight``
+    is not a 2-D tensor (before validation: validate_matrices' error then names it)."""
+    return weight.shape[0] * world if isinstance(weight, torch.Tensor) and weight.dim() == 2 \
+        else 0
+
+
 def validate_matrices(hidden, weight) -> None:
     """hidden [N, H] and weight [V, H]: shapes and dtypes (shared by the fused ops)."""
     if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:

@@ -11,8 +11,9 @@ deleted (deleting a lock file races with processes waiting on it); a reader neve
 it: where it does not exist, no overlay command has ever written here, and the reader
 reads without a lock, then reads again under it if a first writer created it meanwhile
 (``read_consistently``: the first read may have seen that writer's work half done). The
-kernel releases the lock when its holder dies, so a killed run never leaves it held. On Linux, ``flock`` on NFS is carried by NFS byte-range locks,
-so ranks on several hosts sharing one environment serialize too.
+kernel releases the lock when its holder dies, so a killed run never leaves it held. On
+Linux, ``flock`` on NFS is carried by NFS byte-range locks, so ranks on several hosts
+sharing one environment serialize too.
 """
 
 from __future__ import annotations

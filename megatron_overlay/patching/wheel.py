@@ -182,11 +182,8 @@ def _held_temporary(out_dir: Path) -> tuple[int, Path]:
     while True:
         descriptor, name = tempfile.mkstemp(dir=out_dir, prefix=_BUILDING, suffix=".whl")
         fcntl.flock(descriptor, fcntl.LOCK_EX)
-        try:
-            if os.stat(name).st_ino == os.fstat(descriptor).st_ino:
-                return descriptor, Path(name)
-        except FileNotFoundError:
-            pass
+        if _names(Path(name), descriptor):
+            return descriptor, Path(name)
         os.close(descriptor)
 
 
@@ -204,12 +201,20 @@ def _sweep_killed_builds(out_dir: Path) -> None:
             os.close(descriptor)
             continue
         try:  # unheld: its build was killed; still the file we locked, so remove it
-            if os.stat(path).st_ino == os.fstat(descriptor).st_ino:
+            if _names(path, descriptor):
                 path.unlink()
-        except OSError:
+        except OSError:  # removed meanwhile, or not ours to remove
             pass
         finally:
             os.close(descriptor)
+
+
+def _names(path: Path, descriptor: int) -> bool:
+    """Whether ``path`` still leads to the file open as ``descriptor``."""
+    try:
+        return os.stat(path).st_ino == os.fstat(descriptor).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _umask() -> int:

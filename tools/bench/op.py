@@ -226,9 +226,8 @@ def main(args, argv) -> int:
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
         args.parser.error(f"--methods: unknown {unknown}; choose from {sorted(METHODS)}")
-    fixed = [f"--{name}" for name, default in (("temperature", TEMPERATURE),
-                                                ("logits", "iid"), ("labels", "uniform"))
-             if getattr(args, name) != default]
+    fixed = [f"--{name}" for name in ("temperature", "logits", "labels")
+             if getattr(args, name) != args.parser.get_default(name)]
     if fixed and (args.sweep or args.host_profile or args.breakdown):
         args.parser.error(f"{', '.join(fixed)}: --sweep, --host-profile and --breakdown run at "
                           f"T = {TEMPERATURE} on iid inputs with uniform labels; these "

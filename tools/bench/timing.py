@@ -170,7 +170,6 @@ def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
             fn, t = fns[name], got[name]
             if t.error:
                 continue
-            t0 = time.perf_counter()
             try:
                 burst(fn, inputs, 1, r, cuda=cuda)  # untimed: the GPU's state after it
                 t0 = time.perf_counter()
