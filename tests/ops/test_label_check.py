@@ -131,11 +131,12 @@ class _FakeCudaEvent:
     def __init__(self):
         self.device = None
 
-    def record(self):
-        if self.device is not None and self.device != _FakeCudaEvent.current:
+    def record(self, stream=None):  # stream: label_check._current_stream's (below)
+        device = _FakeCudaEvent.current if stream is None else stream.device_index
+        if self.device is not None and self.device != device:
             raise RuntimeError(f"Event device {self.device} does not match recording "
-                               f"stream's device {_FakeCudaEvent.current}")
-        self.device = _FakeCudaEvent.current
+                               f"stream's device {device}")
+        self.device = device
 
     def query(self):
         return True
@@ -152,6 +153,8 @@ def fake_cuda_records(monkeypatch):
     from megatron_overlay.ops import label_check
     monkeypatch.setattr(torch.cuda, "Event", _FakeCudaEvent)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: _FakeCudaEvent.current)
+    monkeypatch.setattr(label_check, "_current_stream",
+                        lambda device: __import__("types").SimpleNamespace(device_index=device))
     monkeypatch.setattr(label_check, "_free_buffers", {})
     monkeypatch.setattr(label_check, "_free_events", {})
     monkeypatch.setattr(label_check, "_lent", {})

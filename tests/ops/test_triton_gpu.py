@@ -197,6 +197,33 @@ def test_bad_label_makes_only_its_rows_gradient_nan(dtype, monkeypatch):
     assert ((got - ref).abs().max() / ref.abs().max()) < 2e-2
 
 
+def test_label_records_are_recorded_on_the_current_stream():
+    """label_check keeps the current stream's Stream object (Event.record() builds one a
+    call): the kept one is torch's current stream, on a side stream too, and a bad label
+    of a call made on a side stream is raised once that stream has written it."""
+    from megatron_overlay.ops import label_check
+    device = torch.cuda.current_device()
+    assert label_check._current_stream(device) == torch.cuda.current_stream()
+    assert label_check._current_stream(device) is label_check._current_stream(device)
+    side = torch.cuda.Stream()
+    hidden, weight, labels = _inputs(300, 256, 5003, torch.bfloat16, seed=6)
+    labels[labels < 0] = -100
+    labels[11] = 5003
+    side.wait_stream(torch.cuda.current_stream())
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        assert label_check._current_stream(device) == side
+        torch.cuda._sleep(1 << 31)  # ~1 s: the side stream is busy, the default one idle
+        lp, _ = linear_logprob_entropy(hidden, weight, labels, temperature=0.7)
+        pending = label_check._pending[-1][1]
+    assert not pending.query()  # recorded behind the side stream's work
+    side.synchronize()
+    assert pending.query()
+    with pytest.raises(ValueError, match="1 label id"):
+        label_check.check_labels()
+    assert lp[11].isnan() and not lp[:11].isnan().any()
+
+
 def _bf16_spacing(x: torch.Tensor) -> torch.Tensor:
     """The distance between neighbouring bf16 values at |x| (8 significant bits)."""
     return torch.exp2(torch.floor(torch.log2(x.abs().clamp_min(2.0 ** -120))) - 7)
