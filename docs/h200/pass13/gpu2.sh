@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Pass 13, second device call: issue 20's one-run table (pass 12's gpu2.sh: every op, both
+# protocols, the project's entry point) on whichever GPU comes, then the benchmark's GPU
+# subcommands, tiny (`tools/device.sh smoke`, packed) and `op` / `distill` with --sync
+# (pass 12's fixes of failures in bursts, phases), which no GPU has run since.
+#   bash docs/h200/pass13/gpu2.sh OUT      (from the repo root; carry .venv/wheelhouse)
+set -u
+OUT=$1; mkdir -p "$OUT"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
+[ "${TABLE:-1}" = 0 ] || bash docs/h200/pass12/gpu2.sh "$OUT/table" | tail -32
+quick=(--rounds 2 --burst-ms 20 --heat-s 0)
+timeout 60 python3 -m tools.bench op --shapes 2048,1024,32768 --methods gemm,ours --sync \
+  --phases fwd "${quick[@]}" --out "$OUT/opsync" > "$OUT/opsync.log" 2>&1
+echo "op --sync rc=$?"; tail -4 "$OUT/opsync.log"
+timeout 60 python3 -m tools.bench distill --shapes 1024,512,16384 --ks 8 --sync "${quick[@]}" \
+  --out "$OUT/dsync" > "$OUT/dsync.log" 2>&1
+echo "distill --sync rc=$?"; tail -4 "$OUT/dsync.log"
+PACK=1 timeout 300 bash tools/device.sh smoke .venv/wheelhouse/upstream "$OUT/smoke"
