@@ -7,7 +7,10 @@
 set -u
 OUT=$1; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
-[ "${TABLE:-1}" = 0 ] || bash docs/h200/pass12/gpu2.sh "$OUT/table" | tail -32
+# the table once a GPU kind: the H100's is in docs/h200/pass13/h100/table
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo "$gpu"
+case "$gpu" in *H100*) [ "${TABLE:-0}" = 1 ] ;; *) [ "${TABLE:-1}" = 1 ] ;; esac &&
+  bash docs/h200/pass12/gpu2.sh "$OUT/table" | tail -32
 quick=(--rounds 2 --burst-ms 20 --heat-s 0)
 timeout 60 python3 -m tools.bench op --shapes 2048,1024,32768 --methods gemm,ours --sync \
   --phases fwd "${quick[@]}" --out "$OUT/opsync" > "$OUT/opsync.log" 2>&1
