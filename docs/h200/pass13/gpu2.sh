@@ -3,6 +3,7 @@
 # protocols, the project's entry point) on whichever GPU comes, then the benchmark's GPU
 # subcommands, tiny (`tools/device.sh smoke`, packed) and `op` / `distill` with --sync
 # (pass 12's fixes of failures in bursts, phases), which no GPU has run since.
+# `op --host-profile` at 256 and 32768 tokens.
 #   bash docs/h200/pass13/gpu2.sh OUT      (from the repo root; carry .venv/wheelhouse)
 set -u
 OUT=$1; mkdir -p "$OUT"
@@ -11,6 +12,12 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo "$gpu"
 case "$gpu" in *H100*) [ "${TABLE:-0}" = 1 ] ;; *) [ "${TABLE:-1}" = 1 ] ;; esac &&
   bash docs/h200/pass12/gpu2.sh "$OUT/table" | tail -32
+# where a call's host time goes at the smallest and largest shape (the one-run table's fwd+bwd
+# host time grew with N, 2.0 to 11.8 ms on the H100): torch.profiler's host ops, cProfile
+for shape in 256,4096,151936 32768,4096,151936; do
+  timeout 100 python3 -m tools.bench op --host-profile $shape --out "$OUT/host-${shape%%,*}" \
+    2>&1 | grep -E "host (fwd|fb)" | cut -c1-600
+done
 quick=(--rounds 2 --burst-ms 20 --heat-s 0)
 timeout 60 python3 -m tools.bench op --shapes 2048,1024,32768 --methods gemm,ours --sync \
   --phases fwd "${quick[@]}" --out "$OUT/opsync" > "$OUT/opsync.log" 2>&1
