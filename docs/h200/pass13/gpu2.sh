@@ -27,5 +27,7 @@ timeout 60 python3 -m tools.bench distill --shapes 1024,512,16384 --ks 8 --sync 
 echo "distill --sync rc=$?"; tail -4 "$OUT/dsync.log"
 PACK=1 timeout 300 bash tools/device.sh smoke .venv/wheelhouse/upstream "$OUT/smoke"
 # the device tool brings back 8 files: all but the table's in one tarball
-cd "$OUT" && tar -czf rest.tgz --exclude=table --exclude=rest.tgz . &&
-  find . -mindepth 1 -maxdepth 1 ! -name table ! -name rest.tgz -exec rm -rf {} +
+# (written beside OUT, then moved in: tar of a folder that holds its own archive fails)
+tar -czf "$OUT.rest.tgz" -C "$OUT" --exclude=./table . &&
+  find "$OUT" -mindepth 1 -maxdepth 1 ! -name table -exec rm -rf {} + &&
+  mv "$OUT.rest.tgz" "$OUT/rest.tgz"
