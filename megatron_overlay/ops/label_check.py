@@ -73,14 +73,16 @@ _lock = threading.Lock()
 
 def _capturing() -> bool:
     # no capture without an initialized CUDA context: is_initialized() is a flag read
-    # (0.06 us), where is_available() asks the driver (1-2 us; 3 calls a forward)
+    # (0.06 us on the CPU machine), where is_available() asks the driver (~2.2 us on pass
+    # 12's H100 host; 3 calls a forward)
     return torch.cuda.is_initialized() and torch._C._cuda_isCurrentStreamCapturing()
 
 
 # The current stream's Stream object, by the raw (id, device index, device type) triple
 # torch keeps it under: ``Event.record()`` builds a new one through
 # ``torch.cuda.current_stream()`` on every call (8.3 us on an H100's host, against 0.4 us
-# for the triple and 1.6 us for ``record(stream)``: docs/h200/pass12/host_primitives.py).
+# for the triple and 1.6 us for ``record(stream)``: docs/h200/pass12/h100/r3 and pass13's
+# host_primitives.txt).
 # A Stream object is that triple and nothing more, so a kept one is the one torch would
 # build. Bounded: a program that makes streams without end (external ones) refills it.
 _streams: dict = {}
@@ -216,7 +218,8 @@ def _raise_if_bad(rec: torch.Tensor, message, deferred: bool = False) -> None:
     # the records have a row per block of tokens (N / 32 of them for ids): look at the
     # counts first, instead of turning every row into Python ints (which cost a
     # 32768-token call ~1 ms of host time); a host record through a numpy view of it
-    # (0.9 us on the CPU machine, where torch's reshape, slice and any() took 5-10)
+    # (on the CPU machine 0.9 us against 5 for torch's reshape, slice and any(); on an
+    # H100's host the whole read 5.9 us against 9.0 before: docs/h200/pass13/h100/host)
     if not rec.is_cuda:
         host = rec.numpy()
         if not (host[:, 0] if host.ndim == 2 else host.reshape(-1, 4)[:, 0]).any():
