@@ -346,6 +346,19 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
         # the block, or an fp32 block's (hi, lo)
         h_hi, h_lo = split_hi_lo_into(h_blk, h_halves) if split_h else (h_blk, h_blk)
         num_m = cdiv(rows, cfg.block_m)
+        # the block's per-row arguments, sliced once a block, not once a vocab chunk: at
+        # 32768 tokens (4 blocks x 9 chunks) torch.profiler counted 312 slices a fwd+bwd
+        # call on an H100 (docs/BENCHMARKS.md, pass 13), ~190 of them these (a slice 0.9
+        # us, with a view 1.4, on the CPU machine)
+        row_args = (lab_blk, whole(lse, blk), whole(mean_z, blk), whole(g_lp, blk),
+                    whole(g_ent, blk), scale,
+                    lse if inv_t_rows is None else whole(inv_t_rows, blk),
+                    *((lse, lse) if flags is None else
+                      (whole(flags[0], blk).view(torch.int8),
+                       whole(flags[1], blk).view(torch.int8))))
+        sparse_blk = None if sparse is None else (
+            whole(sparse[0], blk), whole(sparse[1], blk),
+            None if inv_t_rows is None else whole(inv_t_rows, blk))
         for v0 in range(0, vocab, width_max):
             width = min(width_max, vocab - v0)
             w_chunk = weight if width == vocab else weight[v0:v0 + width]
@@ -365,12 +378,8 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                 else None,
                 tile_source(grad, [cfg.block_m, cfg.block_v // (1 + cfg.epilogue_subtile)],
                             chunk_tma),
-                lab_blk, whole(lse, blk), whole(mean_z, blk), whole(g_lp, blk), whole(g_ent, blk),
-                scale, lse if inv_t_rows is None else whole(inv_t_rows, blk),
-                *((lse, lse) if flags is None else
-                  (whole(flags[0], blk).view(torch.int8), whole(flags[1], blk).view(torch.int8))),
-                rows, width, hidden_size, h_hi.stride(0), w_hi.stride(0), grad.stride(0),
-                inv_t, v0, cfg.group_m, progs,
+                *row_args, rows, width, hidden_size, h_hi.stride(0), w_hi.stride(0),
+                grad.stride(0), inv_t, v0, cfg.group_m, progs,
                 BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
                 HAS_ENTROPY=has_entropy, HAS_SCALE=unscale is not None, USE_TMA=chunk_tma,
                 FLATTEN=cfg.loop == 1, WARP_SPEC=cfg.warp_specialize,
@@ -381,9 +390,8 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             )
             if sparse is not None:
-                add_sparse_grad(grad, whole(sparse[0], blk), whole(sparse[1], blk), v0, width,
-                                inv_t, None if inv_t_rows is None else whole(inv_t_rows, blk),
-                                scale if unscale is not None else None)
+                add_sparse_grad(grad, sparse_blk[0], sparse_blk[1], v0, width, inv_t,
+                                sparse_blk[2], scale if unscale is not None else None)
             # an fp32 operand enters only the GEMM of the other (16-bit) operand's gradient:
             # as hi alone, or lo then hi (autotune_configs.MIXED_GRAD16_WITH_LO)
             if dh_direct:  # one chunk, one part: cuBLAS writes the 16-bit block itself
