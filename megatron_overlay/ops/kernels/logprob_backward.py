@@ -350,15 +350,13 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
         # 32768 tokens (4 blocks x 9 chunks) torch.profiler counted 312 slices a fwd+bwd
         # call on an H100 (docs/BENCHMARKS.md, pass 13), ~190 of them these (a slice 0.9
         # us, with a view 1.4, on the CPU machine)
+        inv_t_blk = None if inv_t_rows is None else whole(inv_t_rows, blk)
         row_args = (lab_blk, whole(lse, blk), whole(mean_z, blk), whole(g_lp, blk),
-                    whole(g_ent, blk), scale,
-                    lse if inv_t_rows is None else whole(inv_t_rows, blk),
+                    whole(g_ent, blk), scale, lse if inv_t_blk is None else inv_t_blk,
                     *((lse, lse) if flags is None else
                       (whole(flags[0], blk).view(torch.int8),
                        whole(flags[1], blk).view(torch.int8))))
-        sparse_blk = None if sparse is None else (
-            whole(sparse[0], blk), whole(sparse[1], blk),
-            None if inv_t_rows is None else whole(inv_t_rows, blk))
+        sparse_blk = None if sparse is None else (whole(sparse[0], blk), whole(sparse[1], blk))
         for v0 in range(0, vocab, width_max):
             width = min(width_max, vocab - v0)
             w_chunk = weight if width == vocab else weight[v0:v0 + width]
@@ -390,8 +388,8 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             )
             if sparse is not None:
-                add_sparse_grad(grad, sparse_blk[0], sparse_blk[1], v0, width, inv_t,
-                                sparse_blk[2], scale if unscale is not None else None)
+                add_sparse_grad(grad, *sparse_blk, v0, width, inv_t, inv_t_blk,
+                                scale if unscale is not None else None)
             # an fp32 operand enters only the GEMM of the other (16-bit) operand's gradient:
             # as hi alone, or lo then hi (autotune_configs.MIXED_GRAD16_WITH_LO)
             if dh_direct:  # one chunk, one part: cuBLAS writes the 16-bit block itself
