@@ -113,6 +113,27 @@ def test_topk_precision_modes_same_bits(dtype, weight_dtype, logits_dtype):
     _check_topk(*_inputs(dtype=dtype, weight_dtype=weight_dtype), 8, logits_dtype=logits_dtype)
 
 
+@pytest.mark.parametrize("dtype,weight_dtype,logits_dtype", [
+    (torch.bfloat16, torch.bfloat16, None), (torch.float16, torch.float16, None),
+    (torch.float32, torch.float32, None), (torch.bfloat16, torch.bfloat16, torch.bfloat16),
+    (torch.float32, torch.bfloat16, None), (torch.bfloat16, torch.float32, None)],
+    ids=["bf16", "fp16", "fp32", "bf16 logits", "fp32 hidden", "fp32 weight"])
+@pytest.mark.parametrize("k", [8, 16])
+def test_topk_is_invariant_across_the_second_maxima_threshold(k, dtype, weight_dtype,
+                                                              logits_dtype, monkeypatch):
+    """Launches of up to SECOND_MAX_SMALL_TOKENS rows store the tiles' second maxima from
+    k = 8 (known maxima are taken from the forward kernel), larger ones do not (every
+    chosen tile is recomputed): with the threshold at 1000 rows, the slices of up to 129
+    rows take the first path and the 2000- and 3000-row calls the second, and a row's
+    outputs are the same bits in every precision mode."""
+    monkeypatch.setattr(topk_forward, "SECOND_MAX_SMALL_TOKENS", 1000)
+    hidden, weight, labels = _inputs(dtype=dtype, weight_dtype=weight_dtype)
+    num_v = -(-V // 256)
+    assert topk_forward._second_max(num_v, k, 129) and not topk_forward._second_max(num_v, k,
+                                                                                    2000)
+    _check_topk(hidden, weight, labels, k, logits_dtype=logits_dtype)
+
+
 def test_topk_row_blocked_launches_keep_the_bits(monkeypatch):
     """N past the top-k's partial budget runs in row blocks: same bits."""
     hidden, weight, labels = _inputs()

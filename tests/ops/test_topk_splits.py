@@ -1,10 +1,11 @@
 """The top-k kernel's work split on the host (ops/kernels/topk_forward.py), no GPU needed.
 
-Under batch invariance a split must be a whole number of the statistics' chunks (the
-log-prob forward's invariant splits, fixed by V and the GPU), or the chunks' statistics
-would not line up with the kernel's stores; the partials of one launch must stay within
-TOPK_PARTIAL_BUDGET_BYTES. The GPU and interpreter tests check the bits; this checks the
-arithmetic over many shapes, GPU sizes and k.
+The top-k kernel takes the log-prob forward's splits (the same work items and GEMM):
+under batch invariance one statistics chunk a split (the log-prob forward's invariant
+splits, fixed by V and the GPU), so the chunks' statistics line up with the kernel's
+stores; otherwise choose_splits for the launch's rows. The partials of one launch must
+stay within TOPK_PARTIAL_BUDGET_BYTES. The GPU and interpreter tests check the bits; this
+checks the arithmetic over many shapes, GPU sizes and k.
 """
 
 from __future__ import annotations
@@ -16,46 +17,90 @@ import pytest
 pytest.importorskip("triton", reason="Triton is not installed")
 
 from megatron_overlay.ops.kernels import topk_forward  # noqa: E402
-from megatron_overlay.ops.kernels.logprob_forward import invariant_chunk_tiles  # noqa: E402
+from megatron_overlay.ops.kernels.autotune_configs import FORWARD_16BIT  # noqa: E402
+from megatron_overlay.ops.kernels.logprob_forward import (choose_splits,  # noqa: E402
+                                                          forward_splits,
+                                                          invariant_chunk_tiles)
 
 CFG = topk_forward.TOPK_16BIT
+TOKENS = (1, 127, 256, 1000, 4096, 4097, 8192, 32768, 100_000)
+
+
+def _launches(vocab, num_sms, k, n, invariant):
+    """[(rows, splits, per_split, partial bytes)] of each launch of a call of n tokens, as
+    _topk_range and _topk_block plan them."""
+    num_v = math.ceil(vocab / CFG.block_v)
+    chunk = invariant_chunk_tiles(num_v, num_sms, CFG)
+    second, (fixed, split_bytes), block = topk_forward._launch_plan(num_v, k, chunk, invariant,
+                                                                    n, CFG.block_m)
+    chunk = chunk if invariant else None
+    assert second == topk_forward._second_max(num_v, k, n)
+    out = []
+    for r0 in range(0, n, block):
+        rows = min(block, n - r0)
+        splits, per_split = topk_forward._splits(math.ceil(rows / CFG.block_m), num_v, rows,
+                                                 num_sms, chunk, CFG.group_m, fixed,
+                                                 split_bytes)
+        out.append((rows, splits, per_split, rows * (fixed + split_bytes * splits)))
+    return out
 
 
 @pytest.mark.parametrize("num_sms", [4, 132])
 @pytest.mark.parametrize("vocab", [5000, 32000, 151936, 152064])
-def test_splits_are_whole_chunks_within_the_budget(vocab, num_sms):
+def test_invariant_splits_are_the_log_prob_forwards(vocab, num_sms):
+    """Under batch invariance each split is one chunk, whatever N and k: the log-prob
+    forward's splits (forward_splits), and every launch's partials within the budget."""
     num_v = math.ceil(vocab / CFG.block_v)
     chunk = invariant_chunk_tiles(num_v, num_sms, CFG)
-    chunks = math.ceil(num_v / chunk)
-    assert 1 <= chunk <= num_v
     for k in (1, 8, 32, 256):
-        fixed, per_split_bytes = topk_forward._partial_bytes(num_v, k, chunk)
-        # the chunks, and the tiles' maxima, with their second maxima from
-        # SECOND_MAX_MIN_K (k = 1: each split's best)
-        tile_bytes = 8 if k >= topk_forward.SECOND_MAX_MIN_K else 4
-        assert (fixed, per_split_bytes) == ((16 * chunks, 8) if k == 1
-                                            else (16 * chunks + tile_bytes * num_v, 0))
-        per_row = fixed + per_split_bytes
-        block = max(CFG.block_m, topk_forward.TOPK_PARTIAL_BUDGET_BYTES // per_row
-                    // CFG.block_m * CFG.block_m)
-        for n in (1, 127, 256, 1000, 8192, 32768, 100_000):
-            rows = min(n, block)  # a launch's rows (_topk_range's row blocks)
-            splits, per_split = topk_forward._splits(
-                math.ceil(rows / CFG.block_m), num_v, rows, num_sms, chunk, fixed,
-                per_split_bytes)
-            assert per_split % chunk == 0, (vocab, k, n, splits, per_split, chunk)
-            assert splits == math.ceil(num_v / per_split)  # no empty split
-            partial = rows * (16 * chunks + (8 * splits if k == 1 else tile_bytes * num_v))
-            assert partial <= max(topk_forward.TOPK_PARTIAL_BUDGET_BYTES,
-                                  rows * per_row), (vocab, k, n, splits)
+        for n in TOKENS:
+            launches = _launches(vocab, num_sms, k, n, invariant=True)
+            assert sum(rows for rows, *_ in launches) == n
+            for rows, splits, per_split, partial in launches:
+                assert (splits, per_split) == forward_splits(n, num_v, num_sms,
+                                                             FORWARD_16BIT)[:2]
+                assert per_split == chunk and splits == math.ceil(num_v / chunk)
+                assert partial <= topk_forward.TOPK_PARTIAL_BUDGET_BYTES, (vocab, k, n)
+
+
+@pytest.mark.parametrize("num_sms", [4, 132])
+@pytest.mark.parametrize("vocab", [5000, 151936])
+def test_splits_without_invariance_fit_the_budget(vocab, num_sms):
+    """Not invariant: choose_splits for the launch's rows where the budget holds them
+    (fewer splits where k = 1's best a split would not fit), no empty split."""
+    num_v = math.ceil(vocab / CFG.block_v)
+    for k in (1, 8, 32):
+        for n in TOKENS:
+            for rows, splits, per_split, partial in _launches(vocab, num_sms, k, n, False):
+                assert splits == math.ceil(num_v / per_split)  # no empty split
+                assert partial <= topk_forward.TOPK_PARTIAL_BUDGET_BYTES, (vocab, k, n)
+                preferred = choose_splits(math.ceil(rows / CFG.block_m), num_v, rows,
+                                          num_sms, CFG.group_m)
+                # the launch's rows leave room for the invariant chunks' count of splits
+                chunks = math.ceil(num_v / invariant_chunk_tiles(num_v, num_sms, CFG))
+                assert splits == preferred[0] or splits >= chunks, (k, n, splits, preferred)
+
+
+def test_second_maxima_from_k_8_in_small_launches():
+    """SECOND_MAX_SMALL_MIN_K up to SECOND_MAX_SMALL_TOKENS rows, SECOND_MAX_MIN_K past
+    them; never past MERGE_TOPK_MAX_CANDIDATES tiles; every row block of a call alike."""
+    num_v = 594
+    small, large = topk_forward.SECOND_MAX_SMALL_TOKENS, topk_forward.SECOND_MAX_SMALL_TOKENS + 1
+    for k, at_small, at_large in ((1, False, False), (7, False, False), (8, True, False),
+                                  (31, True, False), (32, True, True), (256, True, True)):
+        assert topk_forward._second_max(num_v, k, small) is at_small, k
+        assert topk_forward._second_max(num_v, k, large) is at_large, k
+        assert topk_forward._second_max(8193, k, 256) is False
+    # 100_000 rows at k = 32 take several launches, each with the second maxima
+    launches = _launches(151936, 132, 32, 100_000, invariant=True)
+    assert len(launches) > 1
+    fixed = topk_forward._partial_bytes(594, 32, 9, 100_000)[0]
+    assert fixed == 16 * 66 + 8 * 594
 
 
 def test_the_chunk_does_not_depend_on_the_tokens():
     """invariant_chunk_tiles takes no token count; the log-prob forward's invariant splits
     are the same chunks (logprob_forward.forward_splits)."""
-    from megatron_overlay.ops.kernels.autotune_configs import FORWARD_16BIT
-    from megatron_overlay.ops.kernels.logprob_forward import forward_splits
-
     num_v = math.ceil(151936 / CFG.block_v)
     chunk = invariant_chunk_tiles(num_v, 132, CFG)
     for n in (1, 256, 8192, 32768):
@@ -66,11 +111,13 @@ def test_the_chunk_does_not_depend_on_the_tokens():
 @pytest.mark.parametrize("vocab", [151936, 152064])
 def test_tokens_a_launch(vocab):
     """The tiles' maxima (4 bytes a tile and row; 8 with their second maxima) and the
-    chunks' statistics of 16384 tokens (8192 with the second maxima) fit the partial budget
-    at V ~ 152k, under batch invariance or not: one launch (the row block of _topk_range)."""
+    chunks' statistics of 16384 tokens (8192 with the second maxima; 4096 at k = 8, where
+    small launches store them) fit the partial budget at V ~ 152k, under batch invariance
+    or not: one launch (the row block of _topk_range)."""
     num_v = math.ceil(vocab / CFG.block_v)
     for chunk in (None, invariant_chunk_tiles(num_v, 132, CFG)):
-        for k in (1, 8, 32):
-            fixed, per_split = topk_forward._partial_bytes(num_v, k, chunk)
-            rows = 8192 if k > 1 and topk_forward._second_max(num_v, k) else 16384
-            assert topk_forward.TOPK_PARTIAL_BUDGET_BYTES // (fixed + per_split) >= rows
+        for k, n in ((1, 16384), (8, 16384), (8, 4096), (32, 8192)):
+            *_, block = topk_forward._launch_plan(
+                num_v, k, invariant_chunk_tiles(num_v, 132, CFG), chunk is not None, n,
+                CFG.block_m)
+            assert block >= n, (k, n, chunk)

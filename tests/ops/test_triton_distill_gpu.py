@@ -70,7 +70,7 @@ def test_topk_ranks_z_not_the_raw_logits(dtype, k):
             assert vals[~ok].isnan().all() and ((ids[~ok] >= 0) & (ids[~ok] < v)).all()
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("k", [8, 33])
 def test_second_maxima_change_no_bit(dtype, k, monkeypatch):
     """The top-k's two paths (topk_forward.SECOND_MAX_MIN_K): a chosen tile's maximum taken
@@ -82,6 +82,7 @@ def test_second_maxima_change_no_bit(dtype, k, monkeypatch):
     outs = {}
     for second_from in (2, 10 ** 9):
         monkeypatch.setattr(topk_forward, "SECOND_MAX_MIN_K", second_from)
+        monkeypatch.setattr(topk_forward, "SECOND_MAX_SMALL_MIN_K", second_from)
         outs[second_from] = triton_topk.topk_stats(hidden, weight, labels, inv_t, True, k)
     for a, b in zip(outs[2], outs[10 ** 9]):
         assert torch.equal(a, b)

@@ -57,13 +57,13 @@ def _worker() -> int:
     second_max_paths = (2, 10 ** 9)
 
     @contextlib.contextmanager
-    def second_max_from(k):
-        default = topk_forward.SECOND_MAX_MIN_K
-        topk_forward.SECOND_MAX_MIN_K = k
+    def second_max_from(k):  # at every N (small launches have their own k)
+        default = topk_forward.SECOND_MAX_MIN_K, topk_forward.SECOND_MAX_SMALL_MIN_K
+        topk_forward.SECOND_MAX_MIN_K = topk_forward.SECOND_MAX_SMALL_MIN_K = k
         try:
             yield
         finally:
-            topk_forward.SECOND_MAX_MIN_K = default
+            topk_forward.SECOND_MAX_MIN_K, topk_forward.SECOND_MAX_SMALL_MIN_K = default
 
     def rel(a, b):
         return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()

@@ -36,7 +36,6 @@ split count, the statistics' merge (merge_splits.py), the tiles' pick and the re
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -52,7 +51,7 @@ from .launch import (cdiv, check_device, default_tma, dot_precision, interpretin
                      inv_t_args, launch, lo_operand, logits_rounding, mma_dtype,
                      rowmajor, sm_count, tile_source, upcast_dot)
 from .. import batch_invariance
-from .logprob_forward import invariant_chunk_tiles
+from .logprob_forward import choose_splits, invariant_chunk_tiles
 from .merge_splits import merge_splits
 from .merge_topk import best_tiles, merge_topk
 from .topk_rescan import rank_scale, rescan_block_rows, rescan_topk
@@ -172,15 +171,20 @@ MERGE_TOPK_MAX_CANDIDATES = 8192
 # 6): the kernel 5% slower at 8192 tokens; the rescan 0.48x-0.49x at k = 32, 0.69x at
 # k = 8 (0.10x at 256 tokens); the whole top-k 0.77x-1.00x the time without at k = 32
 # (256 to 32768 tokens), at k = 8 0.66x at 256 tokens but 1.03x-1.05x at 8192 and 16384.
-# Not swept between 8 and 32. A function of k alone, never of N, so that a row's values
-# cannot depend on the batch even where the two paths' logits differed in a last bit (the
-# tests find them equal; nothing proves it for every dtype). Rows of more than
-# MERGE_TOPK_MAX_CANDIDATES tiles never (torch's sorts pick their tiles).
+# Rows of more than MERGE_TOPK_MAX_CANDIDATES tiles never (torch's sorts pick their tiles).
 SECOND_MAX_MIN_K = 32
-# A work item's fixed cost in vocab tiles (pipeline fill, its partials and their merge):
-# what made 33 splits of 18 tiles slower than 2 of 297 (measured with an earlier kernel,
-# whose first tiles of a split also took top-k rounds).
-ITEM_COST_TILES = 2
+# ... and from k = SECOND_MAX_SMALL_MIN_K in launches of at most SECOND_MAX_SMALL_TOKENS
+# rows, where the dense rescan is most of the time (it recomputes every chosen tile for a
+# few rows a tile). Measured on one H100 (docs/BENCHMARKS.md, pass 14): the whole top-k at
+# 256 tokens 1.41x the GEMM against 2.55x at k = 8, 1.54x against 2.59x at k = 16; at 1024
+# tokens 1.15x against 1.40x at k = 8; at 8192 tokens 1.02-1.03x the time without.
+# This makes the path depend on N: allowed because the two paths give the same bits (a
+# known maximum is the forward kernel's logit, a recomputed one the rescan's, the same
+# MMA instruction over the same K steps: test_second_maxima_change_no_bit, bf16, fp16
+# and fp32 on a GPU), so a row's values and ids do not depend on its batch
+# (test_topk_is_invariant_across_the_second_maxima_threshold).
+SECOND_MAX_SMALL_MIN_K = 8
+SECOND_MAX_SMALL_TOKENS = 4096
 
 # The log-prob forward's tile (128 x 256, 8 warps, one work item per multiprocessor): the
 # kernel above keeps nothing beside its accumulator and statistics but k = 1's best.
@@ -204,38 +208,32 @@ def _config(dtype: torch.dtype, lo: int) -> KernelConfig:
     return TOPK_FP32 if dtype == torch.float32 else TOPK_16BIT
 
 
-@functools.lru_cache(maxsize=4096)
-def _splits(num_m: int, num_v: int, n_rows: int, num_sms: int, unit: int, fixed_bytes: int,
-            split_bytes: int) -> tuple[int, int]:
-    """(splits, vocab tiles per split), the tiles per split a multiple of ``unit`` (the
-    statistics' chunk), under the partial budget: ``fixed_bytes`` a row whatever the split
-    count (the chunks' statistics, the tiles' maxima), ``split_bytes`` a row and split (k =
-    1's best, the statistics when they are per split): _partial_bytes.
+def _splits(num_m: int, num_v: int, n_rows: int, num_sms: int, chunk_tiles: int | None,
+            group_m: int, fixed_bytes: int, split_bytes: int) -> tuple[int, int]:
+    """(splits, vocab tiles per split): the log-prob forward's (the same work items, the
+    same GEMM): under batch invariance one statistics chunk a split (its invariant splits:
+    66 of 9 tiles at V ~ 152k on 132 multiprocessors, whatever N), else choose_splits for
+    these rows, with no more splits than the partial budget holds: ``fixed_bytes`` a row
+    whatever the split count (the chunks' statistics, the tiles' maxima), ``split_bytes``
+    a row and split (k = 1's best, the statistics when they are per split):
+    _partial_bytes.
 
-    The span, waves x (tiles per work item + ITEM_COST_TILES) (the last wave's idle
-    multiprocessors count), is what the GEMM costs; among split counts within 1% of the
-    shortest span, the one nearest two waves (fewer token tiles in flight keep their hidden
-    rows in L2), whatever k: the kernel's work does not depend on k. (With per-split lists
-    of k tiles, k > 8 took the fewest splits; kept with the maxima, that made the kernel
-    5% slower at 8192 tokens, k = 32, than k = 8's choice: docs/BENCHMARKS.md.)
+    Measured on one H100 (docs/BENCHMARKS.md, pass 14; the whole op, x the GEMM, bursts /
+    synchronized): at 8192 tokens k = 1 1.015 / 1.020 against 1.055 / 1.113 with the 2
+    splits of 297 tiles the earlier policy chose (one wave of 128 items on 132
+    multiprocessors: nearest two waves, an item charged 2 tiles of fixed cost), k = 32
+    1.122 / 1.115 against 1.157 / 1.150. Of 2 to 66 splits, 66 was the fastest in bursts
+    at each of 8192, 16384 and 32768 tokens and k = 1, 8, 32 timed, and within 1% of the
+    fastest synchronized.
     """
+    if chunk_tiles:
+        return cdiv(num_v, chunk_tiles), chunk_tiles
+    splits, per_split = choose_splits(num_m, num_v, n_rows, num_sms, group_m)
     room = TOPK_PARTIAL_BUDGET_BYTES // max(n_rows, 1) - fixed_bytes
-    cap = num_v if split_bytes == 0 else max(1, min(num_v, room // split_bytes))
-    two_waves = max(1, min(cap, math.ceil(2 * num_sms / num_m)))
-    # each split count's tiles per split, rounded up to the unit: [(splits, per_split)]
-    layouts = {}
-    for s in range(1, cap + 1):
-        per_split = cdiv(cdiv(num_v, s), unit) * unit
-        layouts.setdefault(math.ceil(num_v / per_split), per_split)
-
-    def span(splits: int) -> int:
-        waves = math.ceil(num_m * splits / num_sms)
-        return waves * (layouts[splits] + ITEM_COST_TILES)
-
-    shortest = min(span(s) for s in layouts)
-    near = sorted(s for s in layouts if span(s) <= shortest * 1.01)
-    chosen = min(near, key=lambda s: (abs(s - two_waves), s))
-    return chosen, layouts[chosen]
+    if splits * split_bytes > room:
+        per_split = cdiv(num_v, max(1, room // split_bytes))
+        splits = cdiv(num_v, per_split)
+    return splits, per_split
 
 
 def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor | None,
@@ -318,19 +316,37 @@ def _best_k(n_tokens, k, width, candidates, dev):
     return values, ids
 
 
-def _second_max(num_v: int, k: int) -> bool:
-    """Whether the kernel stores the tiles' second maxima (SECOND_MAX_MIN_K)."""
-    return k >= max(2, SECOND_MAX_MIN_K) and num_v <= MERGE_TOPK_MAX_CANDIDATES
+def _second_max(num_v: int, k: int, n_rows: int) -> bool:
+    """Whether the kernel stores the tiles' second maxima for a launch range of ``n_rows``
+    (SECOND_MAX_MIN_K, SECOND_MAX_SMALL_MIN_K)."""
+    from_k = SECOND_MAX_SMALL_MIN_K if n_rows <= SECOND_MAX_SMALL_TOKENS else SECOND_MAX_MIN_K
+    return k >= max(2, from_k) and num_v <= MERGE_TOPK_MAX_CANDIDATES
 
 
-def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None) -> tuple[int, int]:
+def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None, n_rows: int
+                   ) -> tuple[int, int]:
     """A row's partial bytes, (whatever the split count, per split): the statistics (16
     bytes a chunk under batch invariance, else 16 a split) and the tiles' maxima (4 a
     tile, 8 with their second maxima; k = 1: a split's best z and id, 8)."""
     fixed, per_split = (0, 16) if chunk_tiles is None else (16 * cdiv(num_v, chunk_tiles), 0)
     if k == 1:
         return fixed, per_split + 8
-    return fixed + (8 if _second_max(num_v, k) else 4) * num_v, per_split
+    return fixed + (8 if _second_max(num_v, k, n_rows) else 4) * num_v, per_split
+
+
+def _launch_plan(num_v: int, k: int, chunk_tiles: int, invariant: bool, n_tokens: int,
+                 block_m: int):
+    """(second maxima stored, _partial_bytes, rows a launch) for a range of ``n_tokens``
+    rows: the second maxima decided once for every row block alike; a launch's rows within
+    TOPK_PARTIAL_BUDGET_BYTES with room for as many splits as the invariant chunks
+    (``chunk_tiles`` tiles each; invariant, they are the splits; else _splits fits
+    choose_splits' count to that room), a whole number of token tiles."""
+    second = _second_max(num_v, k, n_tokens)
+    fixed_bytes, split_bytes = _partial_bytes(num_v, k, chunk_tiles if invariant else None,
+                                              n_tokens)
+    per_row = fixed_bytes + split_bytes * cdiv(num_v, chunk_tiles)
+    block = max(block_m, TOPK_PARTIAL_BUDGET_BYTES // per_row // block_m * block_m)
+    return second, (fixed_bytes, split_bytes), block
 
 
 def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
@@ -349,28 +365,31 @@ def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     n_tokens = h_parts[0].shape[0]
     num_v = cdiv(w_parts[0].shape[0], cfg.block_v)
     num_sms = sm_count(h_parts[0].device)
-    chunk_tiles = invariant_chunk_tiles(num_v, num_sms, cfg) if batch_invariance.enabled() \
-        else None
-    fixed_bytes, split_bytes = _partial_bytes(num_v, k, chunk_tiles)
-    block = TOPK_PARTIAL_BUDGET_BYTES // (fixed_bytes + split_bytes)  # rows with one split
-    block = max(cfg.block_m, block // cfg.block_m * cfg.block_m)
+    chunk_tiles = invariant_chunk_tiles(num_v, num_sms, cfg)
+    invariant = batch_invariance.enabled()
+    second, (fixed_bytes, split_bytes), block = _launch_plan(num_v, k, chunk_tiles, invariant,
+                                                             n_tokens, cfg.block_m)
+    chunk_tiles = chunk_tiles if invariant else None
     if n_tokens <= block:
         return _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
-                           tma, lo, mma, rounding, splits, chunk_tiles, merged)
+                           tma, lo, mma, rounding, splits, chunk_tiles, second,
+                           (fixed_bytes, split_bytes), merged)
     per_row_t = isinstance(inv_temperature, torch.Tensor)
     outs = [_topk_block((h_parts[0][r0:r0 + block], h_parts[1][r0:r0 + block]), w_parts,
                         None if labels is None else labels[r0:r0 + block],
                         inv_temperature[r0:r0 + block] if per_row_t else inv_temperature,
-                        with_entropy, k, cfg, tma, lo, mma, rounding, splits, chunk_tiles)
+                        with_entropy, k, cfg, tma, lo, mma, rounding, splits, chunk_tiles,
+                        second, (fixed_bytes, split_bytes))
             for r0 in range(0, n_tokens, block)]
     return tuple(torch.cat(parts) for parts in zip(*outs))
 
 
 def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
-                mma, rounding, splits, chunk_tiles, merged=True):
+                mma, rounding, splits, chunk_tiles, second, row_bytes, merged=True):
     """One launch of the kernel over all the rows of ``h_parts``; ``chunk_tiles``: the
-    statistics' chunk (None: per split); ``merged=False``: the chunks' [chunks, N, 4]
-    statistics unmerged."""
+    statistics' chunk (None: per split); ``second``: the second maxima stored
+    (_second_max); ``row_bytes``: _partial_bytes; ``merged=False``: the chunks' [chunks,
+    N, 4] statistics unmerged."""
     (h_hi, h_lo), (w_hi, w_lo) = h_parts, w_parts
     n_tokens, hidden_size = h_hi.shape
     vocab = w_hi.shape[0]
@@ -378,10 +397,9 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     num_m = cdiv(n_tokens, cfg.block_m)
     num_v = cdiv(vocab, cfg.block_v)
     unit = chunk_tiles or 1
-    second = _second_max(num_v, k)
     if splits is None:
-        splits, per_split = _splits(num_m, num_v, n_tokens, sm_count(dev), unit,
-                                    *_partial_bytes(num_v, k, chunk_tiles))
+        splits, per_split = _splits(num_m, num_v, n_tokens, sm_count(dev), chunk_tiles,
+                                    cfg.group_m, *row_bytes)
     else:  # tools: a given split count (fewer where the vocab tiles run out)
         per_split = cdiv(cdiv(num_v, max(1, min(splits, num_v))), unit) * unit
         splits = math.ceil(num_v / per_split)
