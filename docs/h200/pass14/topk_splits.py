@@ -44,10 +44,11 @@ chosen = {}
 def force(splits):
     """topk_forward._splits for the next calls: ``splits`` (None: the tree's), recording
     what each launch took."""
-    def pick(num_m, num_v, n_rows, num_sms, unit, fixed_bytes, split_bytes):
+    def pick(num_m, num_v, *args):  # (n_rows, num_sms, unit, ...) as the tree's _splits
         if splits is None:
-            out = DEFAULT_SPLITS(num_m, num_v, n_rows, num_sms, unit, fixed_bytes, split_bytes)
+            out = DEFAULT_SPLITS(num_m, num_v, *args)
         else:
+            unit = args[2] or 1  # pass 14's tree: the chunk (None: not invariant)
             per = cdiv(cdiv(num_v, splits), unit) * unit
             out = (math.ceil(num_v / per), per)
         chosen[(num_m, splits)] = out

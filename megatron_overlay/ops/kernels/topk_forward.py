@@ -17,8 +17,9 @@ The row's top-k logits all lie in its k best tiles (topk_rescan.py says why), wh
 second stage recomputes for the row and takes its top k from (``rescan_topk``). Tiles and
 logits are ranked by z, the values returned, not by the raw logits: inv_t > 0 keeps their
 order, but rounding may give two distinct logits one z, whose tie goes to the lower id.
-From k = SECOND_MAX_MIN_K (32) the kernel also stores each (row, tile)'s second largest
-z, rounded up to bfloat16, and its maximum's column (``pack_second``, [tiles, N]
+From k = SECOND_MAX_MIN_K (32), and from k = 8 in launches of up to 4096 rows
+(SECOND_MAX_SMALL_MIN_K, SECOND_MAX_SMALL_TOKENS), the kernel also stores each (row,
+tile)'s second largest z, rounded up to bfloat16, and its maximum's column (``pack_second``, [tiles, N]
 int32): a chosen tile whose second maximum lies below the row's k-th best tile maximum
 thr holds one z >= thr, its maximum, known without recomputing the tile, so the
 rescan's MMAs shrink to the other tiles (its time halved at k = 32 on the benchmark's
@@ -26,9 +27,9 @@ logits: docs/BENCHMARKS.md, pass 6).
 
 The statistics fold and are stored per chunk of ``chunk_tiles`` vocab tiles (a split is
 a whole number of chunks): under batch invariance the chunks are the log-prob forward's
-invariant splits, so the merged statistics do not depend on this kernel's split count,
-which follows N (ops/batch_invariance.py); otherwise one chunk a split. The maxima are
-exact and the rescan's logits do not depend on N either.
+invariant splits, which the host also takes as this kernel's splits (_splits), so the
+merged statistics do not depend on N (ops/batch_invariance.py); otherwise one chunk a
+split. The maxima are exact and the rescan's logits do not depend on N either.
 
 Launch (below the kernels): ``topk_stats``, the top-k stage contract (ops/stages.py): the
 split count, the statistics' merge (merge_splits.py), the tiles' pick and the rescan.
@@ -175,9 +176,11 @@ MERGE_TOPK_MAX_CANDIDATES = 8192
 SECOND_MAX_MIN_K = 32
 # ... and from k = SECOND_MAX_SMALL_MIN_K in launches of at most SECOND_MAX_SMALL_TOKENS
 # rows, where the dense rescan is most of the time (it recomputes every chosen tile for a
-# few rows a tile). Measured on one H100 (docs/BENCHMARKS.md, pass 14): the whole top-k at
-# 256 tokens 1.41x the GEMM against 2.55x at k = 8, 1.54x against 2.59x at k = 16; at 1024
-# tokens 1.15x against 1.40x at k = 8; at 8192 tokens 1.02-1.03x the time without.
+# few rows a tile). Measured on one H100 (docs/BENCHMARKS.md, pass 14: the whole top-k x
+# the GEMM, bursts / synchronized, with / without): at k = 8, 256 tokens 1.42 / 1.73
+# against 2.54 / 2.73, 1024 tokens 1.15 / 1.34 against 1.45 / 1.38, 4096 tokens 1.06 /
+# 1.05 against 1.11 / 1.07; at k = 16, 4096 tokens 1.05 / 1.04 against 1.20 / 1.05; at
+# 8192 tokens neither ahead in both protocols (k = 8: 1.13 / 1.07 against 1.10 / 1.12).
 # This makes the path depend on N: allowed because the two paths give the same bits (a
 # known maximum is the forward kernel's logit, a recomputed one the rescan's, the same
 # MMA instruction over the same K steps: test_second_maxima_change_no_bit, bf16, fp16

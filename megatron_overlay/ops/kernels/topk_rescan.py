@@ -47,12 +47,12 @@ from .tile_sort import sort_tiles
 # 1.88 ms at 8192 tokens, k = 32, 5.87 / 6.58 ms at 32768
 # (docs/h200/distill_i20/rescan_88f7fb6/rescan_variants.txt). The interpreter: fewer.
 RESCAN_ROWS = 128
-# Where the forward stored the tiles' second maxima (k >= 32: topk_forward.SECOND_MAX_MIN_K)
-# most pairs are known maxima and the few recomputed ones spread over every tile (0.92 a
+# Where the forward stored the tiles' second maxima (topk_forward._second_max: k >= 32, and
+# k >= 8 in small launches) most pairs are known maxima and the few recomputed ones spread over every tile (0.92 a
 # row at 8192 tokens, k = 32, over all 594 tiles): a program's MMA is mostly empty rows.
 # 64 rows at 8 warps: 0.70 / 0.62 ms against 0.79 / 0.74 at 128 rows, 8192 / 16384 tokens,
 # k = 32 (sort, rescan and merge; the same bits; docs/h200/pass11/r1/rescan_sweep.txt);
-# at k = 8 (every pair recomputed) 128 stays ahead, 0.57 against 0.67.
+# at k = 8 with every pair recomputed (the dense path) 128 stays ahead, 0.57 against 0.67.
 RESCAN_ROWS_SPARSE = 64
 RESCAN_ROWS_INTERPRETED = 16
 # 8 warps (4: 2.01 / 8.16 ms in the same runs).
