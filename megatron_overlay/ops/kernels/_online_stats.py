@@ -71,19 +71,12 @@ def store_stats(part_ptr, split, rows, N, m_i, s_i, t_i, zl_i):
 @triton.jit
 def label_logit(acc, v0, labels, inv_t, BLOCK_V: tl.constexpr):
     """z[label] of each row within this tile (0 where the label is elsewhere): at most one
-    column of one tile matches; inv_t applied to the row sum.
-
-    Only tiles that hold some row's label pay for the tile-wide select and row sums (a
-    tile of 256 of ~152k ids holds one of 128 random labels about one time in five): the
-    test is a reduction over the rows' labels, not over the tile. The other tiles give
-    0 * inv_t, as the sum of their masked tile would (+0.0, never -0.0: the select's zeros
-    are +0.0; NaN where inv_t is NaN), so the result is the same bits either way."""
-    in_tile = (labels >= v0) & (labels < v0 + BLOCK_V)
-    zl = tl.zeros(labels.shape, tl.float32) * inv_t
-    if tl.max(in_tile.to(tl.int32), axis=0) > 0:
-        cols = v0 + tl.arange(0, BLOCK_V)
-        zl = tl.sum(tl.where(cols[None, :] == labels[:, None], acc, 0.0), axis=1) * inv_t
-    return zl
+    column of one tile matches; inv_t applied to the row sum. In every tile: a branch that
+    took the select only in tiles holding some row's label (about one in five) gave the
+    same bits but made the log-prob forward 1.03-1.11x slower on an H100 (the branch in
+    the vocab loop; docs/BENCHMARKS.md, pass 14)."""
+    cols = v0 + tl.arange(0, BLOCK_V)
+    return tl.sum(tl.where(cols[None, :] == labels[:, None], acc, 0.0), axis=1) * inv_t
 
 
 @triton.jit
