@@ -7,11 +7,14 @@ the number of tokens N in the call and the row's position, when this is on (the 
 * Triton (ops/kernels/): the vocab split count of the forward depends on V and the GPU
   only, never on N (``logprob_forward.choose_splits``); splits are merged by a kernel
   that folds them in a fixed order per row; rows are never split across programs. The
-  top-k kernel's splits follow N (a split's list starts empty: few splits for many
-  tokens), but it folds and stores its statistics per chunk of vocab tiles, the chunks
-  being the log-prob forward's invariant splits (``invariant_chunk_tiles``), its splits a
-  whole number of chunks, merged in chunk order; its top-k values are dot products, the
-  same whatever the split, and the lists merge by value, then id.
+  top-k kernel takes the same splits (one per chunk of vocab tiles,
+  ``invariant_chunk_tiles``) and folds and stores its statistics per chunk, merged in
+  chunk order; its top-k values are dot products, the same whatever the split, and the
+  lists merge by value, then id. Its rescan's path does depend on N (the tiles' second
+  maxima from k = 8 in calls of up to 4096 rows, ``topk_forward._second_max``): allowed
+  because a known maximum (the forward kernel's logit) and a recomputed one (the
+  rescan's) are the same bits (``test_second_maxima_change_no_bit``,
+  ``test_topk_is_invariant_across_the_second_maxima_threshold``, on a GPU).
 * torch (CPU): every GEMM and every element-wise tile op runs on fixed-size token tiles
   (the last one zero-padded), because BLAS results can depend on the M dimension; and
   transcendental functions on [N] vectors run in fixed-size blocks (``per_element``),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 pytest.importorskip("triton", reason="Triton is not installed")
 
@@ -26,37 +27,44 @@ CFG = topk_forward.TOPK_16BIT
 TOKENS = (1, 127, 256, 1000, 4096, 4097, 8192, 32768, 100_000)
 
 
-def _launches(vocab, num_sms, k, n, invariant):
-    """[(rows, splits, per_split, partial bytes)] of each launch of a call of n tokens, as
-    _topk_range and _topk_block plan them."""
-    num_v = math.ceil(vocab / CFG.block_v)
-    chunk = invariant_chunk_tiles(num_v, num_sms, CFG)
-    second, (fixed, split_bytes), block = topk_forward._launch_plan(num_v, k, chunk, invariant,
-                                                                    n, CFG.block_m)
-    chunk = chunk if invariant else None
-    assert second == topk_forward._second_max(num_v, k, n)
-    out = []
-    for r0 in range(0, n, block):
-        rows = min(block, n - r0)
-        splits, per_split = topk_forward._splits(math.ceil(rows / CFG.block_m), num_v, rows,
-                                                 num_sms, chunk, CFG.group_m, fixed,
-                                                 split_bytes)
-        out.append((rows, splits, per_split, rows * (fixed + split_bytes * splits)))
-    return out
+def _launches(vocab, num_sms, k, n, invariant, monkeypatch):
+    """[(rows, splits, per_split, partial bytes, second)] of each launch of a call of n
+    tokens: _topk_range itself plans the row blocks (its _topk_block replaced by a recorder
+    that runs no kernel and takes the split count as _topk_block does)."""
+    launches = []
+
+    def block(h_parts, w_parts, labels, inv_t, with_entropy, k_, cfg, tma, lo, mma, rounding,
+              splits, chunk_tiles, second, row_bytes, merged=True):
+        rows, num_v = h_parts[0].shape[0], math.ceil(w_parts[0].shape[0] / cfg.block_v)
+        splits, per_split = topk_forward._splits(math.ceil(rows / cfg.block_m), num_v, rows,
+                                                 num_sms, chunk_tiles, cfg.group_m, *row_bytes)
+        launches.append((rows, splits, per_split, rows * (row_bytes[0] + row_bytes[1] * splits),
+                         second))
+        return (torch.zeros(rows, 4), torch.zeros(rows, k_),
+                torch.zeros(rows, k_, dtype=torch.int64))
+
+    monkeypatch.setattr(topk_forward, "_topk_block", block)
+    monkeypatch.setattr(topk_forward, "sm_count", lambda device: num_sms)
+    monkeypatch.setenv("MEGATRON_OVERLAY_BATCH_INVARIANT", "1" if invariant else "0")
+    hidden, weight = torch.empty(n, 1), torch.empty(vocab, 1)
+    out = topk_forward._topk_range((hidden, hidden), (weight, weight), None, 1.0, False, k, CFG,
+                                   False, 0, torch.bfloat16, None, None)
+    assert out[0].shape == (n, 4) and out[1].shape == (n, k)  # every row, once
+    assert sum(rows for rows, *_ in launches) == n
+    return launches
 
 
 @pytest.mark.parametrize("num_sms", [4, 132])
 @pytest.mark.parametrize("vocab", [5000, 32000, 151936, 152064])
-def test_invariant_splits_are_the_log_prob_forwards(vocab, num_sms):
+def test_invariant_splits_are_the_log_prob_forwards(vocab, num_sms, monkeypatch):
     """Under batch invariance each split is one chunk, whatever N and k: the log-prob
     forward's splits (forward_splits), and every launch's partials within the budget."""
     num_v = math.ceil(vocab / CFG.block_v)
     chunk = invariant_chunk_tiles(num_v, num_sms, CFG)
     for k in (1, 8, 32, 256):
         for n in TOKENS:
-            launches = _launches(vocab, num_sms, k, n, invariant=True)
-            assert sum(rows for rows, *_ in launches) == n
-            for rows, splits, per_split, partial in launches:
+            for rows, splits, per_split, partial, _ in _launches(vocab, num_sms, k, n, True,
+                                                                 monkeypatch):
                 assert (splits, per_split) == forward_splits(n, num_v, num_sms,
                                                              FORWARD_16BIT)[:2]
                 assert per_split == chunk and splits == math.ceil(num_v / chunk)
@@ -65,13 +73,14 @@ def test_invariant_splits_are_the_log_prob_forwards(vocab, num_sms):
 
 @pytest.mark.parametrize("num_sms", [4, 132])
 @pytest.mark.parametrize("vocab", [5000, 151936])
-def test_splits_without_invariance_fit_the_budget(vocab, num_sms):
+def test_splits_without_invariance_fit_the_budget(vocab, num_sms, monkeypatch):
     """Not invariant: choose_splits for the launch's rows where the budget holds them
     (fewer splits where k = 1's best a split would not fit), no empty split."""
     num_v = math.ceil(vocab / CFG.block_v)
     for k in (1, 8, 32):
         for n in TOKENS:
-            for rows, splits, per_split, partial in _launches(vocab, num_sms, k, n, False):
+            for rows, splits, per_split, partial, _ in _launches(vocab, num_sms, k, n, False,
+                                                                 monkeypatch):
                 assert splits == math.ceil(num_v / per_split)  # no empty split
                 assert partial <= topk_forward.TOPK_PARTIAL_BUDGET_BYTES, (vocab, k, n)
                 preferred = choose_splits(math.ceil(rows / CFG.block_m), num_v, rows,
@@ -81,9 +90,10 @@ def test_splits_without_invariance_fit_the_budget(vocab, num_sms):
                 assert splits == preferred[0] or splits >= chunks, (k, n, splits, preferred)
 
 
-def test_second_maxima_from_k_8_in_small_launches():
-    """SECOND_MAX_SMALL_MIN_K up to SECOND_MAX_SMALL_TOKENS rows, SECOND_MAX_MIN_K past
-    them; never past MERGE_TOPK_MAX_CANDIDATES tiles; every row block of a call alike."""
+def test_second_maxima_from_k_8_in_small_calls(monkeypatch):
+    """SECOND_MAX_SMALL_MIN_K up to SECOND_MAX_SMALL_TOKENS rows a call, SECOND_MAX_MIN_K
+    past them; never past MERGE_TOPK_MAX_CANDIDATES tiles; decided once a call, so every
+    row block of a call takes the same path and its partial bytes."""
     num_v = 594
     small, large = topk_forward.SECOND_MAX_SMALL_TOKENS, topk_forward.SECOND_MAX_SMALL_TOKENS + 1
     for k, at_small, at_large in ((1, False, False), (7, False, False), (8, True, False),
@@ -91,11 +101,17 @@ def test_second_maxima_from_k_8_in_small_launches():
         assert topk_forward._second_max(num_v, k, small) is at_small, k
         assert topk_forward._second_max(num_v, k, large) is at_large, k
         assert topk_forward._second_max(8193, k, 256) is False
-    # 100_000 rows at k = 32 take several launches, each with the second maxima
-    launches = _launches(151936, 132, 32, 100_000, invariant=True)
-    assert len(launches) > 1
-    fixed = topk_forward._partial_bytes(594, 32, 9, 100_000)[0]
-    assert fixed == 16 * 66 + 8 * 594
+    # a budget of 2100 rows with the second maxima at k = 8: a 4096-row call in two blocks
+    # of 2048, both with them; 4097 rows in two blocks (3456 and 641), both without
+    per_row = sum(topk_forward._partial_bytes(num_v, 8, 9, 4096))
+    monkeypatch.setattr(topk_forward, "TOPK_PARTIAL_BUDGET_BYTES", 2100 * per_row)
+    for n, second in ((4096, True), (4097, False)):
+        launches = _launches(151936, 132, 8, n, True, monkeypatch)
+        assert len(launches) == 2 and {s for *_, s in launches} == {second}, (n, launches)
+        assert all(partial <= topk_forward.TOPK_PARTIAL_BUDGET_BYTES
+                   for _, _, _, partial, _ in launches)
+    assert topk_forward._partial_bytes(594, 32, 9, 100_000)[0] == 16 * 66 + 8 * 594
+    assert topk_forward._partial_bytes(594, 8, 9, 100_000)[0] == 16 * 66 + 4 * 594
 
 
 def test_the_chunk_does_not_depend_on_the_tokens():

@@ -73,7 +73,8 @@ def test_topk_ranks_z_not_the_raw_logits(dtype, k):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("k", [8, 33])
 def test_second_maxima_change_no_bit(dtype, k, monkeypatch):
-    """The top-k's two paths (topk_forward.SECOND_MAX_MIN_K): a chosen tile's maximum taken
+    """The top-k's two paths (topk_forward.SECOND_MAX_MIN_K and SECOND_MAX_SMALL_MIN_K,
+    both set: second maxima from k = 2 or never): a chosen tile's maximum taken
     from the forward kernel, or recomputed by the rescan, is the same logit to the bit; so
     are the ids (and the statistics, which the second maxima do not touch)."""
     from megatron_overlay.ops.kernels import topk_forward

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pass 14, fourth call (~2 min): CUDA time by kernel of one default top-k call (k = 8, 32)
+# Pass 14, fifth call (r5, ~1 min): CUDA time by kernel of one default top-k call (k = 8, 32)
 # at the three shapes on the tree with the new split policy.
 #   bash docs/h200/pass14/gpu3.sh OUT
 set -u

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pass 14, fifth call (~6 min): the label logit only in tiles holding a label
+# Pass 14, sixth call (r6, ~4 min): the label logit only in tiles holding a label
 # (_online_stats.label_logit) against the package before it (carry .scratch/base14:
 # `git archive 362b6a3 megatron_overlay` renamed megatron_overlay_base): the same bits
 # (label_guard.py), the log-prob forward against it in one process (tools.bench distill

@@ -1,4 +1,8 @@
-"""The top-k at small N (issue 20; pass 13's H100 table: k = 8 at 256 tokens 2.42 / 2.64x
+"""Written for a142e0c's tree (pass 14's r1); since 9218b5c calls of up to 4096 rows take
+the second maxima from k = 8 whatever SECOND_MAX_MIN_K, so "base" is no longer the dense
+path there (topk_threshold.py compares the two on the newer tree).
+
+The top-k at small N (issue 20; pass 13's H100 table: k = 8 at 256 tokens 2.42 / 2.64x
 the GEMM, k = 32 1.67 / 1.91x, k = 1 1.07x): would storing the tiles' second maxima from
 k = 8, or 64-row rescan programs for the dense rescan, pay, and are they bitwise the same?
 

@@ -1,4 +1,7 @@
-"""The top-k forward kernel's vocab split count (issue 20; pass 13's H100 table at 8192
+"""Written for a142e0c's tree (pass 14's r1: "the tree's choice" below is its rule; since
+9218b5c the top-k takes the log-prob forward's splits).
+
+The top-k forward kernel's vocab split count (issue 20; pass 13's H100 table at 8192
 tokens: k = 1 1.117 / 1.078x the GEMM, k = 8 1.152 / 1.123, k = 32 1.164 / 1.163, while
 the log-prob forward, the same GEMM and fold, reads 1.040 / 1.031).
 
@@ -44,7 +47,7 @@ chosen = {}
 def force(splits):
     """topk_forward._splits for the next calls: ``splits`` (None: the tree's), recording
     what each launch took."""
-    def pick(num_m, num_v, *args):  # (n_rows, num_sms, unit, ...) as the tree's _splits
+    def pick(num_m, num_v, *args):  # (n_rows, num_sms, chunk, ...) as the tree's _splits
         if splits is None:
             out = DEFAULT_SPLITS(num_m, num_v, *args)
         else:

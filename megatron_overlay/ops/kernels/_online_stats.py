@@ -73,8 +73,9 @@ def label_logit(acc, v0, labels, inv_t, BLOCK_V: tl.constexpr):
     """z[label] of each row within this tile (0 where the label is elsewhere): at most one
     column of one tile matches; inv_t applied to the row sum. In every tile: a branch that
     took the select only in tiles holding some row's label (about one in five) gave the
-    same bits but made the log-prob forward 1.03-1.11x slower on an H100 (the branch in
-    the vocab loop; docs/BENCHMARKS.md, pass 14)."""
+    same bits but made the log-prob forward 1.08x / 1.11x slower at 16384 / 32768 tokens
+    on an H100 (1.03x at 8192, within the rounds' spread; the branch in the vocab loop;
+    docs/BENCHMARKS.md, pass 14)."""
     cols = v0 + tl.arange(0, BLOCK_V)
     return tl.sum(tl.where(cols[None, :] == labels[:, None], acc, 0.0), axis=1) * inv_t
 

@@ -17,13 +17,13 @@ The row's top-k logits all lie in its k best tiles (topk_rescan.py says why), wh
 second stage recomputes for the row and takes its top k from (``rescan_topk``). Tiles and
 logits are ranked by z, the values returned, not by the raw logits: inv_t > 0 keeps their
 order, but rounding may give two distinct logits one z, whose tie goes to the lower id.
-From k = SECOND_MAX_MIN_K (32), and from k = 8 in launches of up to 4096 rows
+From k = SECOND_MAX_MIN_K (32), and from k = 8 in calls of up to 4096 rows
 (SECOND_MAX_SMALL_MIN_K, SECOND_MAX_SMALL_TOKENS), the kernel also stores each (row,
-tile)'s second largest z, rounded up to bfloat16, and its maximum's column (``pack_second``, [tiles, N]
-int32): a chosen tile whose second maximum lies below the row's k-th best tile maximum
-thr holds one z >= thr, its maximum, known without recomputing the tile, so the
-rescan's MMAs shrink to the other tiles (its time halved at k = 32 on the benchmark's
-logits: docs/BENCHMARKS.md, pass 6).
+tile)'s second largest z, rounded up to bfloat16, and its maximum's column
+(``pack_second``, [tiles, N] int32): a chosen tile whose second maximum lies below the
+row's k-th best tile maximum thr holds one z >= thr, its maximum, known without
+recomputing the tile, so the rescan's MMAs shrink to the other tiles (its time halved at
+k = 32 on the benchmark's logits: docs/BENCHMARKS.md, pass 6).
 
 The statistics fold and are stored per chunk of ``chunk_tiles`` vocab tiles (a split is
 a whole number of chunks): under batch invariance the chunks are the log-prob forward's
@@ -174,10 +174,12 @@ MERGE_TOPK_MAX_CANDIDATES = 8192
 # (256 to 32768 tokens), at k = 8 0.66x at 256 tokens but 1.03x-1.05x at 8192 and 16384.
 # Rows of more than MERGE_TOPK_MAX_CANDIDATES tiles never (torch's sorts pick their tiles).
 SECOND_MAX_MIN_K = 32
-# ... and from k = SECOND_MAX_SMALL_MIN_K in launches of at most SECOND_MAX_SMALL_TOKENS
-# rows, where the dense rescan is most of the time (it recomputes every chosen tile for a
-# few rows a tile). Measured on one H100 (docs/BENCHMARKS.md, pass 14: the whole top-k x
-# the GEMM, bursts / synchronized, with / without): at k = 8, 256 tokens 1.42 / 1.73
+# ... and from k = SECOND_MAX_SMALL_MIN_K in ranges of at most SECOND_MAX_SMALL_TOKENS rows
+# (a call's rows; fp32 hidden states: a token block of split_operand.split_rows), where
+# the dense rescan is most of the time (it recomputes every chosen tile for a few rows a
+# tile). Timed at k = 8 and 16 only (9-15 and 17-31 take the same rule untimed). Measured
+# on one H100 (docs/BENCHMARKS.md, pass 14: the whole top-k x the GEMM, bursts /
+# synchronized, with / without): at k = 8, 256 tokens 1.42 / 1.73
 # against 2.54 / 2.73, 1024 tokens 1.15 / 1.34 against 1.45 / 1.38, 4096 tokens 1.06 /
 # 1.05 against 1.11 / 1.07; at k = 16, 4096 tokens 1.05 / 1.04 against 1.20 / 1.05; at
 # 8192 tokens neither ahead in both protocols (k = 8: 1.13 / 1.07 against 1.10 / 1.12).
@@ -360,9 +362,10 @@ def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
 
     Batch invariance (ops/batch_invariance.py): the statistics are folded and stored per
     chunk of vocab tiles, the chunks those of the log-prob forward (V and the GPU fix them,
-    never N: logprob_forward.invariant_chunk_tiles), and merged in chunk order, whatever
-    the split count the top-k's lists take for this N; the top-k values are dot products,
-    the same whatever the split. Off, statistics go per split. ``merged=False``: one
+    never N: logprob_forward.invariant_chunk_tiles), which are also the splits, and merged
+    in chunk order; the top-k values are dot products, the same whatever the split, and
+    the same bits with or without the second maxima (_second_max, decided here for the
+    range's rows). Off, statistics go per split. ``merged=False``: one
     launch's chunks unmerged (topk_stats).
     """
     n_tokens = h_parts[0].shape[0]
