@@ -179,10 +179,10 @@ SECOND_MAX_MIN_K = 32
 # the dense rescan is most of the time (it recomputes every chosen tile for a few rows a
 # tile). Timed at k = 8 and 16 only (9-15 and 17-31 take the same rule untimed). Measured
 # on one H100 (docs/BENCHMARKS.md, pass 14: the whole top-k x the GEMM, bursts /
-# synchronized, with / without): at k = 8, 256 tokens 1.42 / 1.73
-# against 2.54 / 2.73, 1024 tokens 1.15 / 1.34 against 1.45 / 1.38, 4096 tokens 1.06 /
-# 1.05 against 1.11 / 1.07; at k = 16, 4096 tokens 1.05 / 1.04 against 1.20 / 1.05; at
-# 8192 tokens neither ahead in both protocols (k = 8: 1.13 / 1.07 against 1.10 / 1.12).
+# synchronized, with / without): at k = 8, 256 tokens 1.42 / 1.73 against 2.54 / 2.73,
+# 1024 tokens 1.15 / 1.34 against 1.45 / 1.38, 4096 tokens 1.06 / 1.05 against 1.11 /
+# 1.07; at k = 16, 4096 tokens 1.05 / 1.04 against 1.20 / 1.05; at 8192 tokens neither
+# ahead in both protocols (k = 8: 1.13 / 1.07 against 1.10 / 1.12).
 # This makes the path depend on N: allowed because the two paths give the same bits (a
 # known maximum is the forward kernel's logit, a recomputed one the rescan's, the same
 # MMA instruction over the same K steps: test_second_maxima_change_no_bit, bf16, fp16
