@@ -103,15 +103,15 @@ def test_second_maxima_from_k_8_in_small_calls(monkeypatch):
         assert topk_forward._second_max(8193, k, 256) is False
     # a budget of 2100 rows with the second maxima at k = 8: a 4096-row call in two blocks
     # of 2048, both with them; 4097 rows in two blocks (3456 and 641), both without
-    per_row = sum(topk_forward._partial_bytes(num_v, 8, 9, 4096))
+    per_row = sum(topk_forward._partial_bytes(num_v, 8, 9, True))
     monkeypatch.setattr(topk_forward, "TOPK_PARTIAL_BUDGET_BYTES", 2100 * per_row)
     for n, second in ((4096, True), (4097, False)):
         launches = _launches(151936, 132, 8, n, True, monkeypatch)
         assert len(launches) == 2 and {s for *_, s in launches} == {second}, (n, launches)
         assert all(partial <= topk_forward.TOPK_PARTIAL_BUDGET_BYTES
                    for _, _, _, partial, _ in launches)
-    assert topk_forward._partial_bytes(594, 32, 9, 100_000)[0] == 16 * 66 + 8 * 594
-    assert topk_forward._partial_bytes(594, 8, 9, 100_000)[0] == 16 * 66 + 4 * 594
+    assert topk_forward._partial_bytes(594, 32, 9, True)[0] == 16 * 66 + 8 * 594
+    assert topk_forward._partial_bytes(594, 8, 9, False)[0] == 16 * 66 + 4 * 594
 
 
 def test_the_chunk_does_not_depend_on_the_tokens():

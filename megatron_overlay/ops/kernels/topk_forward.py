@@ -328,15 +328,16 @@ def _second_max(num_v: int, k: int, n_rows: int) -> bool:
     return k >= max(2, from_k) and num_v <= MERGE_TOPK_MAX_CANDIDATES
 
 
-def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None, n_rows: int
+def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None, second: bool
                    ) -> tuple[int, int]:
     """A row's partial bytes, (whatever the split count, per split): the statistics (16
     bytes a chunk under batch invariance, else 16 a split) and the tiles' maxima (4 a
-    tile, 8 with their second maxima; k = 1: a split's best z and id, 8)."""
+    tile, 8 with their second maxima, ``second``: _second_max; k = 1: a split's best z
+    and id, 8)."""
     fixed, per_split = (0, 16) if chunk_tiles is None else (16 * cdiv(num_v, chunk_tiles), 0)
     if k == 1:
         return fixed, per_split + 8
-    return fixed + (8 if _second_max(num_v, k, n_rows) else 4) * num_v, per_split
+    return fixed + (8 if second else 4) * num_v, per_split
 
 
 def _launch_plan(num_v: int, k: int, chunk_tiles: int, invariant: bool, n_tokens: int,
@@ -348,7 +349,7 @@ def _launch_plan(num_v: int, k: int, chunk_tiles: int, invariant: bool, n_tokens
     choose_splits' count to that room), a whole number of token tiles."""
     second = _second_max(num_v, k, n_tokens)
     fixed_bytes, split_bytes = _partial_bytes(num_v, k, chunk_tiles if invariant else None,
-                                              n_tokens)
+                                              second)
     per_row = fixed_bytes + split_bytes * cdiv(num_v, chunk_tiles)
     block = max(block_m, TOPK_PARTIAL_BUDGET_BYTES // per_row // block_m * block_m)
     return second, (fixed_bytes, split_bytes), block
