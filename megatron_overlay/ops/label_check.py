@@ -21,9 +21,12 @@ of the GPU once per microbatch) and breaks ``torch.cuda.graph`` capture. So:
        written the record (polled with ``Event.query()``: no wait);
     2. ``check_labels()``, which waits for every pending record (call it where you sync
        anyway, e.g. where the loss is read back).
-  Inside CUDA-graph capture the record goes to device memory (a write to the host is
-  not replayable as a check); it stays on the device and ``check_labels()`` reads the
-  latest one of each captured call after a replay.
+  Inside CUDA-graph capture no event can be queued for a replay, so a captured call's
+  record gets a pinned buffer of its own, never pooled, which every replay rewrites and
+  which reads clean until the first replay (zeroed by the host at capture: the kernels
+  do not run then); ``check_labels()`` waits for the device and reads the latest replay
+  of each captured call (the latest MAX_CAPTURED captured calls), reporting a bad one
+  once per replay.
 
 The vocab ids of ``linear_logprobs_at`` / ``fused_logprobs_at`` (``token_ids`` [N, K]) go
 the same way (the stages' ``check_ids`` makes the record, ``defer_ids`` queues it,
@@ -52,16 +55,21 @@ STRICT_ENV = "MEGATRON_OVERLAY_STRICT_LABELS"
 # Pending records at most; past it the oldest is waited for (the GPU would be this many
 # op calls behind the CPU, which a training step does not reach).
 MAX_PENDING = 256
+# Captured calls whose records check_labels() reads, the latest ones: a graph's record
+# lives as long as the graph may replay, and which graphs are still alive is not known
+# here, so a program that captures without end keeps this many (a few hundred bytes each);
+# an older captured call's bad labels still make its outputs NaN, unreported.
+MAX_CAPTURED = 1024
 _I64_MAX = torch.iinfo(torch.int64).max
 
 _pending: deque = deque()   # (host record, event, message, pooled buffer, device), oldest first
-_captured: list = []        # (device record, message) made during capture
+_captured: deque = deque(maxlen=MAX_CAPTURED)  # (host record, message, device) captured
 # The pinned buffers and events, reused once their record is read: torch's pinned allocator
 # queries the events of every block still in flight on each allocation (12-21
 # cudaEventQuery a call behind a busy GPU, docs/BENCHMARKS.md), and a new event is created
 # in the driver at its first record.
 _free_buffers: dict = {}    # rows (a power of 2) -> [pinned int64 [rows, 4]]
-_lent: dict = {}            # data_ptr -> pooled buffer, lent by host_record, not yet queued
+_lent: dict = {}            # data_ptr -> (pooled buffer, lent in a capture), not yet queued
 # an event records on its device's streams only: pooled per CUDA device index
 _free_events: dict = {}     # device index -> [torch.cuda.Event]
 # The queues and pools above are shared by every thread that runs the ops (a trainer's and
@@ -238,14 +246,15 @@ def _raise_if_bad(rec: torch.Tensor, message, deferred: bool = False) -> None:
 
 def host_record(rows: int, device: torch.device) -> torch.Tensor:
     """Where a stage's kernel writes one call's record (int64 [rows, 4]): a pinned host
-    buffer (``defer_record`` queues it), or device memory inside a CUDA-graph capture (a
-    replayed graph rewrites it; ``check_labels`` reads it)."""
-    if _capturing():
-        return torch.empty(rows, 4, dtype=torch.int64, device=device)
+    buffer, which ``defer_record`` queues (inside a CUDA-graph capture: keeps for the
+    graph's replays, which rewrite it; ``check_labels`` reads it)."""
     buf = _take_buffer(rows)
     view = buf[:rows]
+    captured = _capturing()
+    if captured:  # clean until the first replay writes it (nothing runs in a capture)
+        view.zero_()
     with _lock:
-        _lent[view.data_ptr()] = buf
+        _lent[view.data_ptr()] = (buf, captured)
     return view
 
 
@@ -266,32 +275,38 @@ def _give_back(buf: torch.Tensor, event=None, device: int | None = None) -> None
 
 
 def _release(rec: torch.Tensor) -> None:
-    """A lent record that will not be queued (a call with no labels): back to the pool."""
+    """A lent record that will not be queued (a call with no labels): back to the pool,
+    unless a graph captured its call (its replays may write it)."""
     with _lock:
-        buf = _lent.pop(rec.data_ptr(), None) if not rec.is_cuda else None
-    if buf is not None:
+        buf, captured = _lent.pop(rec.data_ptr(), (None, None)) if not rec.is_cuda \
+            else (None, None)
+    if buf is not None and not captured:
         _give_back(buf)
 
 
 def _defer(rec: torch.Tensor, message) -> None:
     with _lock:
-        buf = _lent.pop(rec.data_ptr(), None) if not rec.is_cuda else None
+        buf, captured = _lent.pop(rec.data_ptr(), (None, None)) if not rec.is_cuda \
+            else (None, None)
     if buf is None and not rec.is_cuda:  # CPU (tests): the record is already on the host
         with _lock:
             _pending.append((rec, None, message, None, None))
         return
-    if buf is None and _capturing():
-        with _lock:
-            _captured.append((rec, message))
-        return
     if buf is None:  # a device record: copied into a pooled buffer
         buf = _take_buffer(rec.shape[0])
         host = buf[:rec.shape[0]]
+        captured = _capturing()
+        if captured:
+            host.zero_()
         host.copy_(rec, non_blocking=True)
         rec = host
     # on the current stream, as the kernels that wrote the record (the ops run on the
     # hidden states' device: forward_only.call)
     device = torch.cuda.current_device()
+    if captured:  # the buffer is the graph's from now on: never back to the pool
+        with _lock:
+            _captured.append((rec, message, device))
+        return
     with _lock:
         free = _free_events.get(device)
         event = free.pop() if free else None
@@ -336,10 +351,18 @@ def check_labels() -> None:
     """Wait for every pending label (and token-id) check and raise ``ValueError`` if one
     found bad ids.
 
-    Also reads the device records of calls captured in CUDA graphs (their latest replay).
+    Also reads the records of calls captured in CUDA graphs, after waiting for their
+    devices: each one's latest replay, reported once (a record reads clean again until a
+    replay rewrites it); a call captured but not yet replayed reads clean.
     """
     poll(wait=True)
     with _lock:
         captured = list(_captured)
-    for rec, message in captured:
-        _raise_if_bad(rec, message, deferred=True)
+    for device in {device for _, _, device in captured}:
+        torch.cuda.synchronize(device)  # the replays that write the records
+    for rec, message, _ in captured:
+        try:
+            _raise_if_bad(rec, message, deferred=True)
+        except ValueError:
+            rec.zero_()  # reported: clean until a replay finds bad ids again
+            raise

@@ -42,7 +42,7 @@ def _inputs(seed=0, dtype=torch.bfloat16, n=N, weight_dtype=None):
     return hidden, weight, labels
 
 
-def _capture(fn, warmup=3):
+def _capture(fn, warmup=3, pool=None):
     """Warm ``fn`` up on a side stream (Triton compiles, cuBLAS picks), then capture it."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -51,7 +51,7 @@ def _capture(fn, warmup=3):
             fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, pool=pool):
         out = fn()
     return graph, out
 
@@ -271,3 +271,53 @@ def test_label_records_reuse_their_pinned_buffers():
     calls(6, sync=True)  # buffers of both sizes are in the pool: no new one
     assert len(raised) == 1
     assert {id(b) for bufs in label_check._free_buffers.values() for b in bufs} == pooled
+
+
+@pytest.mark.parametrize("op", ["logprob", "at_ids"])
+def test_a_captured_call_checks_its_labels_at_each_replay(op):
+    """A captured call's label (or id) check: ``check_labels()`` before the first replay
+    raises nothing, though the graph's memory pool holds leftovers that read as a bad
+    record (the capture's allocations land on them); after a replay with a bad label it
+    names it, once; after a clean replay nothing. The calls are forward-only and
+    forward+backward in one graph."""
+    from megatron_overlay.ops import linear_logprobs_at
+
+    hidden, weight, labels = _inputs()
+    labels = labels.clamp(0, V - 1)
+    ids = torch.stack([labels, (labels + 7) % V], dim=1)
+    clean = labels.clone()
+    h = hidden.clone().requires_grad_()
+
+    def step():
+        if op == "logprob":
+            lp, _ = linear_logprob_entropy(h, weight, labels, temperature=0.7)
+        else:
+            lp, _ = linear_logprobs_at(h, weight, ids, temperature=0.7)
+        lp.nan_to_num().sum().backward()
+        with torch.no_grad():  # a second, forward-only call in the same graph
+            linear_logprob_entropy(hidden, weight, clean, temperature=0.7)
+
+    pool = torch.cuda.graph_pool_handle()
+    junk_graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(junk_graph, pool=pool):  # 7s where the capture allocates next
+        junk = torch.full((1 << 22,), 7, dtype=torch.int64, device="cuda")
+    junk_graph.replay()
+    torch.cuda.synchronize()
+    del junk
+    label_check.check_labels()
+    graph, _ = _capture(step, pool=pool)
+    check_labels()  # not replayed yet: clean
+    bad = (ids, (4, 1)) if op == "at_ids" else (labels, (4,))
+    with torch.no_grad():
+        bad[0][bad[1]] = V + 2
+    graph.replay()
+    name = "token_ids out of range" if op == "at_ids" else r"1 label id\(s\) outside"
+    with pytest.raises(ValueError, match=rf"{name}.*smallest {V + 2}, largest {V + 2}, "
+                                         rf"first at token 4"):
+        check_labels()
+    check_labels()  # reported once
+    with torch.no_grad():
+        bad[0][bad[1]] = 3
+    graph.replay()
+    check_labels()
+    assert not label_check._lent

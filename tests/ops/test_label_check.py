@@ -230,3 +230,74 @@ def test_a_call_without_labels_gives_its_lent_buffer_back(fake_cuda_records):
     label_check.defer_ids(rec, torch.zeros(0, 4, dtype=torch.long), 10)
     assert not label_check._lent and not label_check._pending
     assert len(label_check._free_buffers[1]) == 1  # the same buffer, lent twice
+
+
+@pytest.fixture
+def capturing(fake_cuda_records, monkeypatch):
+    """fake_cuda_records inside a CUDA-graph capture (``capturing.on``), where nothing the
+    kernels write exists before a replay: ``synced`` lists the devices check_labels waited
+    for."""
+    label_check = fake_cuda_records
+    state = __import__("types").SimpleNamespace(on=False, synced=[])
+    monkeypatch.setattr(label_check, "_capturing", lambda: state.on)
+    monkeypatch.setattr(label_check, "_captured",
+                        __import__("collections").deque(maxlen=label_check.MAX_CAPTURED))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: state.synced.append(device))
+    return state
+
+
+def _captured_call(label_check, state, rows=1):
+    """One op call made inside a capture: its record, lent and queued as a CUDA call's,
+    but not written (the kernel does not run)."""
+    state.on = True
+    rec = label_check.host_record(rows, torch.device("cpu"))
+    label_check.defer_record(rec, torch.zeros(3, dtype=torch.long), 10, -100)
+    state.on = False
+    return rec
+
+
+def test_a_captured_record_reads_clean_until_a_replay_writes_it(fake_cuda_records, capturing):
+    """A captured call's record: a pooled buffer (here left full of a bad record by a
+    reused allocation) zeroed at capture, so check_labels before the first replay raises
+    nothing; a replay that finds bad labels is reported once, the next bad replay again;
+    the buffer never goes back to the pool (every replay writes it)."""
+    label_check = fake_cuda_records
+    stale = torch.full((1, 4), 7, dtype=torch.int64)  # a bad record: 7 ids, 7 to 7
+    label_check._free_buffers[1] = [stale]
+    rec = _captured_call(label_check, capturing)
+    assert rec.data_ptr() == stale.data_ptr() and not label_check._pending
+    label_check.check_labels()  # before the first replay: clean, not the stale 7s
+    assert capturing.synced == [0]
+    for _ in range(2):  # each replay that finds a bad label: reported once
+        rec.copy_(torch.tensor([[2, -5, 12, 1]]))  # what a replay's kernel writes
+        with pytest.raises(ValueError, match=r"2 label id\(s\) outside \[0, 10\).*smallest -5, "
+                                             r"largest 12, first at token 1"):
+            label_check.check_labels()
+        label_check.check_labels()
+    _one_call(label_check, None)  # an eager call after it: a new buffer, the pool's own
+    label_check.check_labels()
+    assert all(b.data_ptr() != stale.data_ptr()
+               for bufs in label_check._free_buffers.values() for b in bufs)
+    assert not label_check._lent
+
+
+def test_captured_records_are_bounded(fake_cuda_records, capturing, monkeypatch):
+    """A program that captures without end keeps the latest MAX_CAPTURED records: an older
+    one is no longer read (its call's outputs are NaN all the same)."""
+    label_check = fake_cuda_records
+    monkeypatch.setattr(label_check, "_captured", __import__("collections").deque(maxlen=3))
+    records = [_captured_call(label_check, capturing) for _ in range(4)]
+    records[0].copy_(torch.tensor([[1, 11, 11, 0]]))
+    label_check.check_labels()  # the oldest fell out of the window
+    records[1].copy_(torch.tensor([[1, 12, 12, 0]]))
+    with pytest.raises(ValueError, match="smallest 12"):
+        label_check.check_labels()
+
+
+def test_a_captured_call_without_labels_keeps_its_buffer(fake_cuda_records, capturing):
+    label_check = fake_cuda_records
+    capturing.on = True
+    rec = label_check.host_record(1, torch.device("cpu"))
+    label_check.defer_record(rec, torch.zeros(0, dtype=torch.long), 10, -100)
+    capturing.on = False
+    assert not label_check._lent and not label_check._free_buffers.get(1)

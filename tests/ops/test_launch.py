@@ -93,3 +93,30 @@ def test_launch_sees_hooks():
         finally:
             knobs.runtime.launch_enter_hook = chain
     assert not launch._hooked()
+
+
+def test_launch_key_follows_the_compile_knobs():
+    """TRITON_DEBUG (``knobs.runtime.debug``) compiles device asserts in: a kernel cached
+    before it is switched on must not be launched after (nor the other way)."""
+    from triton import knobs
+    before = launch._compile_knobs()
+    old = knobs.runtime.debug
+    knobs.runtime.debug = not old
+    try:
+        assert launch._compile_knobs() != before
+    finally:
+        knobs.runtime.debug = old
+    assert launch._compile_knobs() == before
+
+
+def test_a_stages_inspection_hook_takes_tritons_path():
+    from triton import knobs
+    if not hasattr(knobs.runtime, "add_stages_inspection_hook"):
+        pytest.skip("this Triton has no stages-inspection hook")
+    assert not launch._hooked()
+    knobs.runtime.add_stages_inspection_hook = lambda *a: ("key", "hash")
+    try:
+        assert launch._hooked()
+    finally:
+        knobs.runtime.add_stages_inspection_hook = None
+    assert not launch._hooked()

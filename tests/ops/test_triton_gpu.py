@@ -320,3 +320,19 @@ def test_cached_launch_specializes_like_triton():
     # 16, or neither (the outputs' second rows are unaligned throughout)
     keys = [k for k in launch_mod._compiled if k[0] is split_kernel]
     assert len(keys) == 6
+    # TRITON_DEBUG switched on: a kernel of its own (device asserts compiled in), not the
+    # one cached before
+    from triton import knobs
+    old = knobs.runtime.debug
+    knobs.runtime.debug = True
+    src = x[:16]
+    want = torch.full((2, 17), 7.0, device="cuda", dtype=torch.bfloat16)
+    split_kernel[(1,)](src, want[0], want[1], 16, BLOCK=SPLIT_BLOCK)
+    try:
+        got = torch.full((2, 17), 7.0, device="cuda", dtype=torch.bfloat16)
+        launch_mod.launch(split_kernel, (1,), src, got[0], got[1], 16, BLOCK=SPLIT_BLOCK)
+    finally:
+        knobs.runtime.debug = old
+    debug_keys = [k for k in launch_mod._compiled if k[0] is split_kernel and k not in keys]
+    assert len(debug_keys) == 1 and debug_keys[0][-1][0] is True
+    assert torch.equal(got, want)

@@ -167,8 +167,11 @@ def inv_t_args(inv_temperature):
 # keeps each compiled kernel under its own key (the kernel, the constexprs and options as
 # passed, the current device, and each runtime argument's specialization as Triton derives
 # it: ``_specialization``) and calls the compiled kernel's launcher directly, as
-# ``CompiledKernel.__getitem__`` does. A miss, the interpreter, and launch hooks (a
-# profiler's) go through ``kernel[grid]``; so does an argument type the key does not know.
+# ``CompiledKernel.__getitem__`` does. The key also holds the Triton settings that
+# JITFunction.run compiles into a kernel (``_compile_knobs``: TRITON_DEBUG's device
+# asserts, the instrumentation mode), so that a kernel compiled before one is switched is
+# not launched after it. A miss, the interpreter, and launch hooks (a profiler's) go through
+# ``kernel[grid]``; so does an argument type the key does not know.
 _compiled: dict = {}   # key -> (CompiledKernel, the parameters after the positional ones)
 _I32_MIN, _I32_MAX, _U64_MIN = -2 ** 31, 2 ** 31 - 1, 2 ** 63
 
@@ -215,7 +218,8 @@ def launch(kernel, grid: tuple, *args, **constexprs) -> None:
         return
     spec = _specialization(args)
     device = driver.active.get_current_device()
-    key = None if spec is None else (kernel, device, tuple(constexprs.items()), spec)
+    key = None if spec is None else (kernel, device, tuple(constexprs.items()), spec,
+                                     _compile_knobs())
     hit = _compiled.get(key) if key is not None else None
     if hit is None:
         compiled = kernel[grid](*args, **constexprs)
@@ -230,12 +234,20 @@ def launch(kernel, grid: tuple, *args, **constexprs) -> None:
                  compiled.packed_metadata, None, None, None, *values)
 
 
+def _compile_knobs() -> tuple:
+    """The Triton settings JITFunction.run passes to the compiler from its knobs (debug:
+    TRITON_DEBUG, or ``knobs.runtime.debug``; the instrumentation mode) as of this launch
+    (~0.06 us on the CPU machine)."""
+    return (_knobs.runtime.debug, getattr(_knobs.compilation, "instrumentation_mode", None))
+
+
 def _hooked() -> bool:
-    """A launch hook is set (a profiler's). Triton 3.5+ keeps them in a ``HookChain``
-    (never None: its ``calls`` may be empty), 3.4 in a plain attribute; older Tritons
-    have no ``knobs`` (their hooks sit elsewhere): they always launch through
-    ``kernel[grid]``."""
+    """A launch hook is set (a profiler's), or a stages-inspection hook (which changes
+    how Triton compiles). Triton 3.5+ keeps launch hooks in a ``HookChain`` (never None:
+    its ``calls`` may be empty), 3.4 in a plain attribute; older Tritons have no
+    ``knobs`` (their hooks sit elsewhere): they always launch through ``kernel[grid]``."""
     if _knobs is None:
         return True
     hooks = (_knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook)
-    return any(getattr(h, "calls", h) for h in hooks)
+    return any(getattr(h, "calls", h) for h in hooks) or \
+        getattr(_knobs.runtime, "add_stages_inspection_hook", None) is not None
