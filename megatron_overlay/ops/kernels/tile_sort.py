@@ -31,10 +31,15 @@ import triton.language as tl
 
 from .launch import cdiv, interpreting, launch, next_power_of_2
 
-# Pairs a block (one program of each kernel, one tl.sort): 4096 keeps the blocks few (64 at
-# 8192 tokens and k = 32) and the sort in registers. The interpreter: small blocks, so
-# that the tests cross many of them.
-SORT_BLOCK = 4096
+# Pairs a block (one program of each kernel, one tl.sort). 2048: the sort of 4096 keys a
+# program held tile_scatter_kernel at 83-97 us of CUDA time whatever N (at 256 tokens one
+# or two programs); the whole sort_tiles, bursts of 20 calls on one H100 (pass 15 r2:
+# docs/h200/pass15/sort_sweep.py; below ~80 us the host's launches set the pace), 2048
+# against 4096 keys a block at 2048 to 319488 pairs (256 tokens x k = 8 to a 9984-row
+# block x 32): 64-81 against 93-147 us. Smaller blocks, more of them: each scatter program
+# reads every block's counts (NB a block), 512 keys 119-127 us at 319488 pairs.
+# The interpreter: small blocks, so that the tests cross many of them.
+SORT_BLOCK = 2048
 SORT_BLOCK_INTERPRETED = 64
 SORT_WARPS = 8
 # rows of the [blocks, NB] counts summed at a time
@@ -93,17 +98,20 @@ def tile_scatter_kernel(tiles_ptr, counts_ptr, out_tiles_ptr, out_pairs_ptr, run
     tl.store(out_pairs_ptr + dest, b * BLOCK + keys % BLOCK, mask=real)
 
 
-def sort_tiles(tile_ids: torch.Tensor, num_t: int, seg_rows: int = 128):
+def sort_tiles(tile_ids: torch.Tensor, num_t: int, seg_rows: int = 128, *,
+               block: int | None = None, warps: int = SORT_WARPS):
     """(tiles [P] int32 ascending, pairs [P] int32: their indices into ``tile_ids``, runs
     [2, NB] int32: the segments' table above), ties in index order, of the pairs' tile ids
     ``tile_ids`` [P] (int64; >= num_t: an unfilled slot, sorted last as num_t). NB:
-    ``segment_bins(num_t)``; segments: at most ``seg_rows`` pairs."""
+    ``segment_bins(num_t)``; segments: at most ``seg_rows`` pairs. ``block`` / ``warps``
+    (tools): the pairs a block (a power of 2) and its programs' warps."""
     flat = tile_ids.reshape(-1)
     n_pairs = flat.numel()
     if n_pairs >= 2 ** 31:
         raise ValueError(f"{n_pairs} (row, tile) pairs: the sort's int32 positions take "
                          f"fewer than 2^31; use a smaller rescan row block")
-    block = SORT_BLOCK_INTERPRETED if interpreting() else SORT_BLOCK
+    if block is None:
+        block = SORT_BLOCK_INTERPRETED if interpreting() else SORT_BLOCK
     nb = segment_bins(num_t)
     num_blocks = cdiv(n_pairs, block)
     dev = flat.device
@@ -114,11 +122,11 @@ def sort_tiles(tile_ids: torch.Tensor, num_t: int, seg_rows: int = 128):
         runs.zero_()
         return out[:0], out[:0], runs
     launch(tile_histogram_kernel, (num_blocks,), flat, counts, n_pairs, num_t, BLOCK=block,
-           NB=nb, num_warps=SORT_WARPS)
+           NB=nb, num_warps=warps)
     tiles, pairs = out[:n_pairs], out[n_pairs:2 * n_pairs]
     launch(tile_scatter_kernel, (num_blocks,), flat, counts, tiles, pairs, runs, n_pairs,
            num_t, num_blocks, seg_rows, BLOCK=block, NB=nb, COUNT_ROWS=COUNT_ROWS,
-           num_warps=SORT_WARPS)
+           num_warps=warps)
     return tiles, pairs, runs
 
 
