@@ -29,7 +29,8 @@ class LinearLogprobEntropy(torch.autograd.Function):
         # one copy of strided labels (e.g. ids[:, 0]) for every stage, instead of one each
         labels = labels.contiguous()
         local_labels = shard_labels(labels, vocab_start, weight.shape[0], params.ignore_index)
-        inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
+        inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device,
+                                    impl.inverse_temperature_rows)
         # without TP the vocab splits' statistics go to finalize unmerged (one launch less)
         stats = impl.forward_stats(hidden, weight, local_labels, inv_t, params.return_entropy,
                                    logits_dtype=params.logits_dtype, merged=tp)

@@ -51,7 +51,8 @@ class LinearLogprobsAt(torch.autograd.Function):
     def forward(ctx, hidden, weight, token_ids, params: LogprobParams, tp_group):
         impl = pick_impl(hidden.device)
         tp, vocab_start, world = shard_layout(weight, tp_group)
-        inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device)
+        inv_t = inverse_temperature(params.temperature, hidden.shape[0], hidden.device,
+                                    impl.inverse_temperature_rows)
         stats = impl.forward_stats(hidden, weight, None, inv_t, params.return_entropy,
                                    logits_dtype=params.logits_dtype, merged=tp)
         if hidden.is_cuda:  # earlier calls' checks that have finished (no wait); after the

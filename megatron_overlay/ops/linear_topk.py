@@ -73,7 +73,8 @@ class LinearTopkLogprobs(torch.autograd.Function):
                                         params.ignore_index)
         else:
             local_labels = None
-        inv_t = inverse_temperature(params.temperature, n, hidden.device)
+        inv_t = inverse_temperature(params.temperature, n, hidden.device,
+                                    impl.inverse_temperature_rows)
         stats, values, ids = topk_impl.topk_stats(hidden, weight, local_labels, inv_t,
                                                   params.return_entropy, k,
                                                   logits_dtype=params.logits_dtype, merged=tp)

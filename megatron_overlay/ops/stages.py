@@ -113,6 +113,12 @@ class LogprobStages(Protocol):
         recompute kernel, where three torch launches did it)."""
         ...
 
+    def inverse_temperature_rows(self, temperature: torch.Tensor) -> torch.Tensor:
+        """fp32 [N] 1 / T of a floating [N] tensor of per-row temperatures (any stride) on
+        the hidden states' device: NaN where T, in fp32, is not finite or below
+        temperature.MIN_TEMPERATURE (ops/temperature.py's ``inverse_rows``, bit for bit)."""
+        ...
+
     def check_ids(self, ids: torch.Tensor, vocab_start: int, local_vocab: int,
                   vocab_size: int, *, record_alloc: RecordAlloc | None = None,
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -87,9 +87,11 @@ def rows_from_batch_seq(temperature, batch: int, seq: int):
                      f"got shape {tuple(temperature.shape)}")
 
 
-def inverse_temperature(temperature, n_rows: int, device: torch.device):
+def inverse_temperature(temperature, n_rows: int, device: torch.device, rows=None):
     """The stages' ``inv_temperature``: a float for a float, else an fp32 [n_rows] tensor
-    on ``device`` (a 0-d tensor is broadcast). Bad tensor entries -> NaN rows (see above)."""
+    on ``device`` (a 0-d tensor is broadcast). Bad tensor entries -> NaN rows (see above).
+    ``rows``: the stage's ``inverse_temperature_rows`` (ops/stages.py; on CUDA one kernel,
+    where the torch form below is four to five launches), default ``inverse_rows``."""
     if not isinstance(temperature, torch.Tensor):
         return 1.0 / float(temperature)
     if temperature.dim() == 0:
@@ -105,7 +107,13 @@ def inverse_temperature(temperature, n_rows: int, device: torch.device):
         raise ValueError(f"temperature is on {temperature.device} but the hidden states are on "
                          f"{device}; move it, e.g. temperature.to(hidden.device)")
     # The gradient does not flow to the temperature (it is an option, not an input).
-    t = temperature.detach().to(torch.float32)
+    return (rows or inverse_rows)(temperature.detach())
+
+
+def inverse_rows(temperature: torch.Tensor) -> torch.Tensor:
+    """fp32 [N] 1 / T of [N] temperatures, NaN where T (in fp32) is not finite or below
+    MIN_TEMPERATURE: the torch stage's ``inverse_temperature_rows``."""
+    t = temperature.to(torch.float32)
     # finite and >= MIN_TEMPERATURE <=> nan_to_num(t, 0, 0, 0) >= MIN_TEMPERATURE: four
     # element-wise launches on CUDA where isfinite & (t > 0) and a NaN tensor took nine
     # (each costs the host several us)

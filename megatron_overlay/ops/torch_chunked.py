@@ -4,8 +4,9 @@ Tokens x vocab tiles, fp32 accumulation, online log-sum-exp: memory O(N + TOKEN_
 VOCAB_CHUNK), never O(N x V). Backward recomputes each tile's logits.
 
 The log-prob stages of ops/stages.py (``LogprobStages``: the contract): forward_stats,
-finalize, backward, check_ids, and logits_at (sparse: token chunks bound the gathered weight rows to
-GATHER_BUDGET_BYTES). ``token_chunk`` / ``vocab_chunk``: tile sizes, for tests.
+finalize, backward, check_ids, logits_at (sparse: token chunks bound the gathered weight
+rows to GATHER_BUDGET_BYTES) and inverse_temperature_rows (ops/temperature.py's torch
+form). ``token_chunk`` / ``vocab_chunk``: tile sizes, for tests.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from . import batch_invariance, label_check, row_flags
+from .temperature import inverse_rows as inverse_temperature_rows  # noqa: F401  (the stage)
 
 
 def row_slice(inv_temperature, rows: slice):

@@ -336,3 +336,22 @@ def test_cached_launch_specializes_like_triton():
     debug_keys = [k for k in launch_mod._compiled if k[0] is split_kernel and k not in keys]
     assert len(debug_keys) == 1 and debug_keys[0][-1][0] is True
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_inverse_temperature_kernel_is_torchs_bit_for_bit(dtype):
+    """Per-row temperatures: the Triton stage's one launch gives the torch form's inverse
+    temperatures (temperature.inverse_rows: cast, finite and >= MIN_TEMPERATURE, 1 / T
+    correctly rounded, else NaN) bit for bit; contiguous, strided and broadcast rows."""
+    from megatron_overlay.ops.kernels import triton_impl
+    from megatron_overlay.ops.temperature import inverse_rows
+    info = torch.finfo(torch.float32)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    t = torch.exp(torch.randn(5000, device="cuda", generator=g, dtype=torch.float64) * 20)
+    t[:14] = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), -1e-30,
+                           1e-45, 2.9e-39, info.tiny, 0.7, 1.0, 3e38, info.max, 1e-38])
+    for rows in (t.to(dtype), torch.stack([t, t], 1).to(dtype)[:, 1],
+                 torch.tensor(0.3, dtype=dtype, device="cuda").expand(9)):
+        got, ref = triton_impl.inverse_temperature_rows(rows), inverse_rows(rows)
+        assert got.dtype == torch.float32 and torch.equal(got.isnan(), ref.isnan())
+        assert torch.equal(got.nan_to_num(), ref.nan_to_num())

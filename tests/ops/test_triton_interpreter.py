@@ -53,6 +53,8 @@ def _cases():
     # programs), with and without entropy and labels (some ignored, some out of range)
     cases += [f"finalize-{s}-{ent}-{lab}" for s in (1, 3) for ent in ("ent", "noent")
               for lab in ("labels", "int32", "none", "strided")]
+    # per-row temperatures -> inverse temperatures: the kernel against the torch form
+    cases += [f"invtemp-{dtype}" for dtype in ("float32", "bfloat16", "float16", "float64")]
     return cases
 
 
@@ -292,6 +294,28 @@ def _worker() -> int:
                     and torch.equal(got_v.nan_to_num(), (values - got[0][:, None]).masked_fill(
                         got_v.isnan(), 0.0)),
                     "records": rec}
+            elif kind == "invtemp":  # the stage's 1 / T, NaN rows: bit for bit torch's
+                from megatron_overlay.ops.temperature import inverse_rows
+                dtype = getattr(torch, case.split("-")[1])
+                info = torch.finfo(torch.float32)
+                edge = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"),
+                                     -1e-30, -info.max, 1e-45, 2.9e-39, info.tiny, 0.7, 1.0,
+                                     3e38, info.max, 1e-38, 1.1754942e-38], dtype=torch.float64)
+                g = torch.Generator().manual_seed(3)
+                rand = torch.exp(torch.randn(2500, generator=g, dtype=torch.float64) * 20)
+                same, sizes = True, []
+                # the edge values; 2500 rows (three programs); a column view (stride 3);
+                # a 0-d temperature broadcast to 7 rows (stride 0)
+                for t in (edge.to(dtype), rand.to(dtype),
+                          torch.stack([rand, rand, rand], 1).to(dtype)[:, 1],
+                          torch.tensor(0.3, dtype=dtype).expand(7)):
+                    got, ref = triton_impl.inverse_temperature_rows(t), inverse_rows(t)
+                    same &= got.dtype == torch.float32 and torch.equal(got.isnan(), ref.isnan())
+                    same &= torch.equal(got.nan_to_num(), ref.nan_to_num())
+                    sizes.append(int((~ref.isnan()).sum()))
+                report[case] = {"stats_err": 0.0, "stats_finite": True, "dh_err": 0.0,
+                                "dw_err": 0.0, "dtype": "float32", "same": same,
+                                "finite_rows": sizes}
             else:  # through the autograd Function, triton vs torch
                 _, dtype_name, ent, *layout = case.split("-")
                 dtype = getattr(torch, dtype_name)
@@ -356,6 +380,9 @@ def test_interpreter_case(report, case):
         assert res["flags_same_bits"] and res["bad_rows_same"], res
     if case.startswith("forms-"):
         assert res["forms"] == 4 and res["differ"] == [], res
+    if case.startswith("invtemp-"):
+        assert res["same"], res
+        assert min(res["finite_rows"]) > 0 and res["finite_rows"][1] > 1000, res
     if case.startswith("finalize-"):
         assert res["flags_equal"] and res["values_equal"], res
         if not case.endswith("-none"):  # the same ValueError from either record
