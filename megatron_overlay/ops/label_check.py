@@ -22,11 +22,11 @@ of the GPU once per microbatch) and breaks ``torch.cuda.graph`` capture. So:
     2. ``check_labels()``, which waits for every pending record (call it where you sync
        anyway, e.g. where the loss is read back).
   Inside CUDA-graph capture no event can be queued for a replay, so a captured call's
-  record gets a pinned buffer of its own, never pooled, which every replay rewrites and
-  which reads clean until the first replay (zeroed by the host at capture: the kernels
-  do not run then); ``check_labels()`` waits for the device and reads the latest replay
-  of each captured call (the latest MAX_CAPTURED captured calls), reporting a bad one
-  once per replay.
+  record gets a pinned buffer of its own, never pooled or freed, which every replay
+  rewrites and which reads clean until the first replay (zeroed by the host at capture:
+  the kernels do not run then); ``check_labels()`` synchronizes the device and reads the
+  latest replay of each captured call (of the latest MAX_CAPTURED captured calls),
+  reporting a bad one once.
 
 The vocab ids of ``linear_logprobs_at`` / ``fused_logprobs_at`` (``token_ids`` [N, K]) go
 the same way (the stages' ``check_ids`` makes the record, ``defer_ids`` queues it,
@@ -55,15 +55,19 @@ STRICT_ENV = "MEGATRON_OVERLAY_STRICT_LABELS"
 # Pending records at most; past it the oldest is waited for (the GPU would be this many
 # op calls behind the CPU, which a training step does not reach).
 MAX_PENDING = 256
-# Captured calls whose records check_labels() reads, the latest ones: a graph's record
-# lives as long as the graph may replay, and which graphs are still alive is not known
-# here, so a program that captures without end keeps this many (a few hundred bytes each);
-# an older captured call's bad labels still make its outputs NaN, unreported.
+# Captured calls whose records check_labels() reads, the latest ones (each read costs it a
+# few us); an older captured call's bad labels still make its outputs NaN, unreported.
+# Its record stays allocated all the same (_graph_records): a graph may replay, and
+# write it, as long as the graph lives, which is not known here.
 MAX_CAPTURED = 1024
 _I64_MAX = torch.iinfo(torch.int64).max
 
 _pending: deque = deque()   # (host record, event, message, pooled buffer, device), oldest first
 _captured: deque = deque(maxlen=MAX_CAPTURED)  # (host record, message, device) captured
+# Every pinned buffer a captured call's kernels write at each replay: never freed (32 bytes
+# a row, a power of 2 of rows a call), since the pinned allocator would hand a freed one to
+# the next pinned tensor while a live graph still writes into it.
+_graph_records: list = []
 # The pinned buffers and events, reused once their record is read: torch's pinned allocator
 # queries the events of every block still in flight on each allocation (12-21
 # cudaEventQuery a call behind a busy GPU, docs/BENCHMARKS.md), and a new event is created
@@ -280,6 +284,8 @@ def _release(rec: torch.Tensor) -> None:
     with _lock:
         buf, captured = _lent.pop(rec.data_ptr(), (None, None)) if not rec.is_cuda \
             else (None, None)
+        if captured:
+            _graph_records.append(buf)
     if buf is not None and not captured:
         _give_back(buf)
 
@@ -305,6 +311,7 @@ def _defer(rec: torch.Tensor, message) -> None:
     device = torch.cuda.current_device()
     if captured:  # the buffer is the graph's from now on: never back to the pool
         with _lock:
+            _graph_records.append(buf)
             _captured.append((rec, message, device))
         return
     with _lock:
@@ -351,9 +358,12 @@ def check_labels() -> None:
     """Wait for every pending label (and token-id) check and raise ``ValueError`` if one
     found bad ids.
 
-    Also reads the records of calls captured in CUDA graphs, after waiting for their
-    devices: each one's latest replay, reported once (a record reads clean again until a
-    replay rewrites it); a call captured but not yet replayed reads clean.
+    Also reads the records of calls captured in CUDA graphs (the latest MAX_CAPTURED),
+    after ``torch.cuda.synchronize`` of each device that captured one (every stream of
+    it, where the eager records wait for their own events): each one's latest replay (a
+    bad replay that a clean one followed is not reported; its outputs are NaN all the
+    same), reported once, by one thread (a record reads clean again until a replay
+    rewrites it); a call captured but not yet replayed reads clean.
     """
     poll(wait=True)
     with _lock:
@@ -361,8 +371,9 @@ def check_labels() -> None:
     for device in {device for _, _, device in captured}:
         torch.cuda.synchronize(device)  # the replays that write the records
     for rec, message, _ in captured:
-        try:
-            _raise_if_bad(rec, message, deferred=True)
-        except ValueError:
-            rec.zero_()  # reported: clean until a replay finds bad ids again
-            raise
+        with _lock:  # read and cleared by one thread: another sees it clean
+            try:
+                _raise_if_bad(rec, message, deferred=True)
+            except ValueError:
+                rec.zero_()  # reported: clean until a replay finds bad ids again
+                raise

@@ -242,6 +242,7 @@ def capturing(fake_cuda_records, monkeypatch):
     monkeypatch.setattr(label_check, "_capturing", lambda: state.on)
     monkeypatch.setattr(label_check, "_captured",
                         __import__("collections").deque(maxlen=label_check.MAX_CAPTURED))
+    monkeypatch.setattr(label_check, "_graph_records", [])
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: state.synced.append(device))
     return state
 
@@ -281,23 +282,31 @@ def test_a_captured_record_reads_clean_until_a_replay_writes_it(fake_cuda_record
     assert not label_check._lent
 
 
-def test_captured_records_are_bounded(fake_cuda_records, capturing, monkeypatch):
-    """A program that captures without end keeps the latest MAX_CAPTURED records: an older
-    one is no longer read (its call's outputs are NaN all the same)."""
+def test_captured_records_are_read_bounded_and_kept(fake_cuda_records, capturing,
+                                                    monkeypatch):
+    """A program that captures without end has the latest MAX_CAPTURED records read: an
+    older one is not (its call's outputs are NaN all the same), but its buffer stays
+    allocated, since its graph may still replay and write it."""
     label_check = fake_cuda_records
     monkeypatch.setattr(label_check, "_captured", __import__("collections").deque(maxlen=3))
-    records = [_captured_call(label_check, capturing) for _ in range(4)]
-    records[0].copy_(torch.tensor([[1, 11, 11, 0]]))
+    first = _captured_call(label_check, capturing).data_ptr()  # nothing here holds it
+    records = [_captured_call(label_check, capturing) for _ in range(3)]
+    kept = [b for b in label_check._graph_records if b.data_ptr() == first]
+    assert len(kept) == 1  # the module holds the oldest one's buffer
+    kept[0][:1].copy_(torch.tensor([[1, 11, 11, 0]]))  # what a replay of its graph writes
     label_check.check_labels()  # the oldest fell out of the window
-    records[1].copy_(torch.tensor([[1, 12, 12, 0]]))
+    records[0].copy_(torch.tensor([[1, 12, 12, 0]]))
     with pytest.raises(ValueError, match="smallest 12"):
         label_check.check_labels()
+    assert len(label_check._graph_records) == 4
 
 
-def test_a_captured_call_without_labels_keeps_its_buffer(fake_cuda_records, capturing):
+def test_a_captured_call_without_labels_keeps_its_buffer_out_of_the_pool(fake_cuda_records,
+                                                                         capturing):
     label_check = fake_cuda_records
     capturing.on = True
     rec = label_check.host_record(1, torch.device("cpu"))
     label_check.defer_record(rec, torch.zeros(0, dtype=torch.long), 10, -100)
     capturing.on = False
     assert not label_check._lent and not label_check._free_buffers.get(1)
+    assert [b.data_ptr() for b in label_check._graph_records] == [rec.data_ptr()]

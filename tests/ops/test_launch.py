@@ -95,17 +95,22 @@ def test_launch_sees_hooks():
     assert not launch._hooked()
 
 
-def test_launch_key_follows_the_compile_knobs():
-    """TRITON_DEBUG (``knobs.runtime.debug``) compiles device asserts in: a kernel cached
-    before it is switched on must not be launched after (nor the other way)."""
+@pytest.mark.parametrize("group, name", [("runtime", "debug"), ("language", "default_fp_fusion")])
+def test_launch_key_follows_the_compile_knobs(group, name):
+    """TRITON_DEBUG (``knobs.runtime.debug``) compiles device asserts in, fp fusion changes
+    the arithmetic: a kernel cached before one is switched must not be launched after (nor
+    the other way)."""
     from triton import knobs
+    section = getattr(knobs, group, None)
+    if section is None or not hasattr(section, name):
+        pytest.skip(f"this Triton has no knobs.{group}.{name}")
     before = launch._compile_knobs()
-    old = knobs.runtime.debug
-    knobs.runtime.debug = not old
+    old = getattr(section, name)
+    setattr(section, name, not old)
     try:
         assert launch._compile_knobs() != before
     finally:
-        knobs.runtime.debug = old
+        setattr(section, name, old)
     assert launch._compile_knobs() == before
 
 

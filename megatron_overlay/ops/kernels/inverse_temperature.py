@@ -22,6 +22,8 @@ INV_T_BLOCK = 1024
 # kernels do not import the floor above them; the interpreter and GPU tests hold the two
 # stages to the same bits at and around it.
 MIN_TEMPERATURE = torch.finfo(torch.float32).tiny
+# what the kernel loads and casts itself (Triton's casts round as torch's)
+_LOADED_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 @triton.jit
@@ -36,6 +38,8 @@ def inverse_temperature_kernel(t_ptr, out_ptr, n, stride, min_t, BLOCK: tl.const
 
 def inverse_temperature_rows(temperature: torch.Tensor) -> torch.Tensor:
     """The contract's: ``temperature`` [N] floating (any stride) -> fp32 [N]."""
+    if temperature.dtype not in _LOADED_DTYPES:  # fp8 and the like: cast by torch first
+        temperature = temperature.float()  # (exact, as the torch stage's own cast)
     n = temperature.shape[0]
     out = torch.empty(n, dtype=torch.float32, device=temperature.device)
     if n:

@@ -169,8 +169,8 @@ def inv_t_args(inv_temperature):
 # it: ``_specialization``) and calls the compiled kernel's launcher directly, as
 # ``CompiledKernel.__getitem__`` does. The key also holds the Triton settings that
 # JITFunction.run compiles into a kernel (``_compile_knobs``: TRITON_DEBUG's device
-# asserts, the instrumentation mode), so that a kernel compiled before one is switched is
-# not launched after it. A miss, the interpreter, and launch hooks (a profiler's) go through
+# asserts, fp fusion, ...), so that a kernel compiled before one is switched is not
+# launched after it. A miss, the interpreter, and launch hooks (a profiler's) go through
 # ``kernel[grid]``; so does an argument type the key does not know.
 _compiled: dict = {}   # key -> (CompiledKernel, the parameters after the positional ones)
 _I32_MIN, _I32_MAX, _U64_MIN = -2 ** 31, 2 ** 31 - 1, 2 ** 63
@@ -235,10 +235,13 @@ def launch(kernel, grid: tuple, *args, **constexprs) -> None:
 
 
 def _compile_knobs() -> tuple:
-    """The Triton settings JITFunction.run passes to the compiler from its knobs (debug:
-    TRITON_DEBUG, or ``knobs.runtime.debug``; the instrumentation mode) as of this launch
-    (~0.06 us on the CPU machine)."""
-    return (_knobs.runtime.debug, getattr(_knobs.compilation, "instrumentation_mode", None))
+    """The Triton settings that JITFunction.run and the backend's options take from its
+    knobs as of this launch: debug (TRITON_DEBUG, or ``knobs.runtime.debug``), the
+    instrumentation mode, fp fusion (TRITON_DEFAULT_FP_FUSION), an overridden arch
+    (~0.15 us on the CPU machine)."""
+    return (_knobs.runtime.debug, getattr(_knobs.compilation, "instrumentation_mode", None),
+            getattr(getattr(_knobs, "language", None), "default_fp_fusion", None),
+            getattr(_knobs.runtime, "override_arch", None))
 
 
 def _hooked() -> bool:

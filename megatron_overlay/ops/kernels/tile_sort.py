@@ -32,11 +32,11 @@ import triton.language as tl
 from .launch import cdiv, interpreting, launch, next_power_of_2
 
 # Pairs a block (one program of each kernel, one tl.sort). 2048: the sort of 4096 keys a
-# program held tile_scatter_kernel at 83-97 us of CUDA time whatever N (at 256 tokens one
+# program held tile_scatter_kernel at 83-98 us of CUDA time whatever N (at 256 tokens one
 # or two programs); the whole sort_tiles, bursts of 20 calls on one H100 (pass 15 r2:
 # docs/h200/pass15/sort_sweep.py; below ~80 us the host's launches set the pace), 2048
 # against 4096 keys a block at 2048 to 319488 pairs (256 tokens x k = 8 to a 9984-row
-# block x 32): 64-81 against 93-147 us. Smaller blocks, more of them: each scatter program
+# block x 32): 59-81 against 93-147 us. Smaller blocks, more of them: each scatter program
 # reads every block's counts (NB a block), 512 keys 119-127 us at 319488 pairs.
 # The interpreter: small blocks, so that the tests cross many of them.
 SORT_BLOCK = 2048
