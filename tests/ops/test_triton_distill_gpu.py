@@ -126,7 +126,8 @@ def test_ops_match_torch_impl(monkeypatch):
         assert ((a - b).abs().max() / b.abs().max()) < 2e-2
 
 
-@pytest.mark.parametrize("pairs, num_t", [(8192 * 32, 594), (4096 * 8 + 5, 594), (3, 1)])
+@pytest.mark.parametrize("pairs, num_t", [(8192 * 32, 594), (4096 * 8 + 5, 594), (3, 1),
+                                          (2048, 594), (1500, 594)])  # the last: one block
 def test_tile_sort_matches_torch_sort(pairs, num_t):
     """The rescan's counting sort (kernels/tile_sort.py): torch.sort's stable order, and
     its segments' table."""

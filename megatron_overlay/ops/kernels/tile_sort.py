@@ -5,7 +5,8 @@ side (one MMA a tile among a program's pairs), so it reads the pairs ordered by 
 in pair order: what ``torch.sort(stable=True)`` of the tile ids gives, which took ~10
 launches a call (8 radix passes over int64 keys, their histogram, scan and memsets) and
 ~48 bytes of temporaries a pair. The tile ids are small (< 2^13 at V <= 2M and 256-column
-tiles), so a counting sort does it in two launches and 8 bytes a pair of int32 output:
+tiles), so a counting sort does it in two launches (one where the pairs fit one block) and 8
+bytes a pair of int32 output:
 
   tile_histogram_kernel  each block of SORT_BLOCK pairs counts its tiles ([blocks, NB]
                          int32; an unfilled slot, tile >= the tile count, counts as the
@@ -68,28 +69,36 @@ def tile_histogram_kernel(tiles_ptr, counts_ptr, P, num_t, BLOCK: tl.constexpr,
 @triton.jit
 def tile_scatter_kernel(tiles_ptr, counts_ptr, out_tiles_ptr, out_pairs_ptr, runs_ptr, P,
                         num_t, num_blocks, seg_rows, BLOCK: tl.constexpr, NB: tl.constexpr,
-                        COUNT_ROWS: tl.constexpr):
+                        COUNT_ROWS: tl.constexpr, ONE_BLOCK: tl.constexpr):
     """out_tiles / out_pairs [P] int32: the tiles ascending (num_t: unfilled) and each
-    one's pair index, stable; runs [2, NB] (block 0): the segments' table."""
+    one's pair index, stable; runs [2, NB] (block 0): the segments' table. ``ONE_BLOCK``
+    (P <= BLOCK): the block counts its own tiles (no histogram launch; counts unused)."""
     b = tl.program_id(0)
     bins = tl.arange(0, NB)
-    total = tl.zeros([NB], tl.int32)    # every block's pairs of tile t
-    earlier = tl.zeros([NB], tl.int32)  # the earlier blocks' pairs of tile t
-    for r0 in range(0, num_blocks, COUNT_ROWS):
-        r = r0 + tl.arange(0, COUNT_ROWS)
-        c = tl.load(counts_ptr + r[:, None] * NB + bins[None, :],
-                    mask=(r < num_blocks)[:, None], other=0)
-        total += tl.sum(c, axis=0)
-        earlier += tl.sum(tl.where((r < b)[:, None], c, 0), axis=0)
+    t = _block_tiles(tiles_ptr, P, num_t, BLOCK)
+    if ONE_BLOCK:
+        total = tl.histogram(t, NB)         # every block's pairs of tile t: this one's
+        earlier = tl.zeros([NB], tl.int32)  # no earlier block
+    else:
+        total = tl.zeros([NB], tl.int32)    # every block's pairs of tile t
+        earlier = tl.zeros([NB], tl.int32)  # the earlier blocks' pairs of tile t
+        for r0 in range(0, num_blocks, COUNT_ROWS):
+            r = r0 + tl.arange(0, COUNT_ROWS)
+            c = tl.load(counts_ptr + r[:, None] * NB + bins[None, :],
+                        mask=(r < num_blocks)[:, None], other=0)
+            total += tl.sum(c, axis=0)
+            earlier += tl.sum(tl.where((r < b)[:, None], c, 0), axis=0)
     if b == 0:
         pairs = tl.where(bins <= num_t, total, 0)  # not the last block's padding
         tl.store(runs_ptr + bins, tl.cumsum((pairs + seg_rows - 1) // seg_rows, 0))
         tl.store(runs_ptr + NB + bins, tl.cumsum(pairs, 0) - pairs)
-    mine = tl.load(counts_ptr + b * NB + bins)
+    if ONE_BLOCK:
+        mine = total
+    else:
+        mine = tl.load(counts_ptr + b * NB + bins)
     # the place of this block's first pair of tile t, less the block's pairs of lower tiles
     # (which its sorted position counts)
     shift = (tl.cumsum(total, 0) - total) + earlier - (tl.cumsum(mine, 0) - mine)
-    t = _block_tiles(tiles_ptr, P, num_t, BLOCK)
     keys = tl.sort(t * BLOCK + tl.arange(0, BLOCK))
     tile = keys // BLOCK
     dest = tl.arange(0, BLOCK) + tl.gather(shift, tile, 0)
@@ -115,18 +124,22 @@ def sort_tiles(tile_ids: torch.Tensor, num_t: int, seg_rows: int = 128, *,
     nb = segment_bins(num_t)
     num_blocks = cdiv(n_pairs, block)
     dev = flat.device
-    counts = torch.empty(num_blocks, nb, dtype=torch.int32, device=dev)
     out = torch.empty(2 * n_pairs + 2 * nb, dtype=torch.int32, device=dev)
     runs = out[2 * n_pairs:].view(2, nb)
     if n_pairs == 0:
         runs.zero_()
         return out[:0], out[:0], runs
-    launch(tile_histogram_kernel, (num_blocks,), flat, counts, n_pairs, num_t, BLOCK=block,
-           NB=nb, num_warps=warps)
+    # one block (small calls: 256 tokens at k = 8): it counts its own tiles, so the
+    # histogram's launch and buffer are spared (each launch costs the host ~30-45 us)
+    one_block = num_blocks == 1
+    counts = out if one_block else torch.empty(num_blocks, nb, dtype=torch.int32, device=dev)
+    if not one_block:
+        launch(tile_histogram_kernel, (num_blocks,), flat, counts, n_pairs, num_t, BLOCK=block,
+               NB=nb, num_warps=warps)
     tiles, pairs = out[:n_pairs], out[n_pairs:2 * n_pairs]
     launch(tile_scatter_kernel, (num_blocks,), flat, counts, tiles, pairs, runs, n_pairs,
            num_t, num_blocks, seg_rows, BLOCK=block, NB=nb, COUNT_ROWS=COUNT_ROWS,
-           num_warps=warps)
+           ONE_BLOCK=one_block, num_warps=warps)
     return tiles, pairs, runs
 
 
