@@ -8,13 +8,13 @@ largest z is >= thr, and a tile whose maximum is below thr holds nothing >= thr 
 tiles tied at thr, those with the lower ids are kept, which hold the lower ids).
 
 Here the (row, candidate tile) pairs, ordered by tile (tile_sort.py: a stable counting
-sort, two launches), are recomputed a segment at a time: a program takes one segment, at
-most BLOCK_R consecutive pairs of one tile (the sort's runs table says which), one MMA
-of the pairs' gathered hidden rows against the tile's weight rows, scaled to z, then takes
-each row's z >= thr, largest first (ties to the lower column), as many as the pair can
-contribute: the row's j-th best tile (0-based) has j better tiles ahead of it, each
-holding a z that ranks above all of its own (a larger one, or an equal one with a lower
-id), so k - j at most.
+sort, one or two launches), are recomputed a segment at a time: a program takes one
+segment, at most BLOCK_R consecutive pairs of one tile (the sort's runs table says
+which), one MMA of the pairs' gathered hidden rows against the tile's weight rows,
+scaled to z, then takes each row's z >= thr, largest first (ties to the lower column),
+as many as the pair can contribute: the row's j-th best tile (0-based) has j better
+tiles ahead of it, each holding a z that ranks above all of its own (a larger one, or an
+equal one with a lower id), so k - j at most.
 Pair j's slots are at j k - j (j - 1) / 2 of the row's k (k + 1) / 2 candidates; unused
 slots hold (-inf, V): k runs, each in the contract's order, which merge_runs.py merges
 into the row's top k.
