@@ -11,6 +11,7 @@ stderr, ``megatron-overlay: error: ...``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import signal
@@ -148,6 +149,20 @@ def _cmd_verify(args) -> int:
 
 
 def _cmd_demo(args) -> int:
+    missing = _missing_dependencies()
+    try:  # the demo builds megatron's own GPTModel; found, not imported (its import warns,
+        # which the demo holds back from the progress display once it runs)
+        found = importlib.util.find_spec("megatron.core") is not None
+    except ImportError:
+        found = False
+    if not found and "megatron-core" not in missing:
+        missing.append("megatron-core")
+    if missing:  # one line, as every refusal, not an ImportError's traceback
+        print(f"megatron-overlay: error: the demo needs {', '.join(missing)}, not installed "
+              f"here: pip install {' '.join(missing)} (megatron-core: the release you "
+              f"patch, or the overlay's wheel of it; `make demo` sets all of it up)",
+              file=sys.stderr)
+        return EXIT_REFUSED
     from .demo import run_demo  # imports torch and megatron: only here
 
     return run_demo(args)

@@ -28,9 +28,9 @@ The backward (d_hidden rows) is not covered: cuBLAS picks its algorithm by shape
 
 from __future__ import annotations
 
-import os
-
 import torch
+
+from .env_flags import env_flag
 
 ENV = "MEGATRON_OVERLAY_BATCH_INVARIANT"
 # Below ATen's parallel grain (32768 elements): one thread, and a multiple of every SIMD
@@ -39,7 +39,8 @@ CPU_BLOCK = 4096
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1").strip() != "0"
+    """``$MEGATRON_OVERLAY_BATCH_INVARIANT`` (ops/env_flags.py), on unless set to 0."""
+    return env_flag(ENV, True, "1: batch-invariant kernels; 0: off")
 
 
 def per_element(fn, x: torch.Tensor) -> torch.Tensor:

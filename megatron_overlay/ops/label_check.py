@@ -44,12 +44,13 @@ any work, at the same call.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import deque
 from functools import partial
 
 import torch
+
+from .env_flags import env_flag
 
 STRICT_ENV = "MEGATRON_OVERLAY_STRICT_LABELS"
 # Pending records at most; past it the oldest is waited for (the GPU would be this many
@@ -113,10 +114,12 @@ def _current_stream(device: int) -> torch.cuda.Stream:
 
 
 def strict_mode(strict_labels: bool | None) -> bool:
-    """``strict_labels`` if given, else ``$MEGATRON_OVERLAY_STRICT_LABELS == "1"``."""
+    """``strict_labels`` if given, else ``$MEGATRON_OVERLAY_STRICT_LABELS`` (ops/env_flags.py:
+    1 / true / yes / on strict, 0 / false / no / off or unset not)."""
     if strict_labels is not None:
         return bool(strict_labels)
-    return os.environ.get(STRICT_ENV, "").strip() == "1"
+    return env_flag(STRICT_ENV, False, "1: every label checked on the host before any work, "
+                                       "one sync a call on CUDA; 0: the deferred check")
 
 
 def _token(index: int, batch: int | None) -> str:

@@ -9,7 +9,6 @@ global ids, and the per-token statistics of all shards are merged with one all-g
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from . import forward_only, label_check
 from .first_order import first_order
@@ -17,7 +16,7 @@ from .params import LogprobParams
 from .stages import pick_impl
 from .temperature import inverse_temperature
 from .validation import global_vocab, validate_inputs
-from .vocab_parallel import complete_grads, gather_stats, shard_labels, shard_layout
+from .vocab_parallel import complete_grads, gather_stats, shard_labels, shard_layout, tp_world
 
 __all__ = ["LinearLogprobEntropy", "linear_logprob_entropy"]
 
@@ -105,6 +104,6 @@ def linear_logprob_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: t
     params = LogprobParams(temperature=temperature, return_entropy=return_entropy,
                            ignore_index=ignore_index, strict_labels=strict_labels,
                            logits_dtype=logits_dtype)
-    world = dist.get_world_size(tp_group) if tp_group is not None else 1
+    world = tp_world(tp_group)
     validate_inputs(hidden, weight, labels, params, vocab_size=global_vocab(weight, world))
     return forward_only.call(LinearLogprobEntropy, hidden, weight, labels, params, tp_group)

@@ -18,11 +18,11 @@ import torch.distributed as dist
 
 from . import forward_only, label_check
 from .first_order import first_order
-from .params import LogprobParams
+from .params import LogprobParams, check_flag
 from .stages import pick_impl
 from .temperature import inverse_temperature
 from .validation import validate_matrices, validate_token_ids
-from .vocab_parallel import complete_grads, gather_stats, shard_layout
+from .vocab_parallel import complete_grads, gather_stats, shard_layout, tp_world
 
 __all__ = ["LinearLogprobsAt", "backward_at_ids", "linear_logprobs_at"]
 
@@ -119,7 +119,7 @@ def linear_logprobs_at(hidden: torch.Tensor, weight: torch.Tensor, token_ids: to
     params = LogprobParams(temperature=temperature, return_entropy=return_entropy,
                            logits_dtype=logits_dtype)
     validate_matrices(hidden, weight)
-    world = dist.get_world_size(tp_group) if tp_group is not None else 1
+    world = tp_world(tp_group)
     validate_token_ids(token_ids, hidden.shape[0], weight.shape[0] * world, hidden.device,
-                       strict=strict_ids)
+                       strict=check_flag(strict_ids, "strict_ids", allow_none=True))
     return forward_only.call(LinearLogprobsAt, hidden, weight, token_ids, params, tp_group)

@@ -28,7 +28,7 @@ from .stages import pick_topk_impl
 from .temperature import inverse_temperature
 from .topk_merge import PAD_ID, order_candidates
 from .validation import global_vocab, validate_inputs, validate_matrices
-from .vocab_parallel import gather_stats, shard_ids, shard_labels, shard_layout
+from .vocab_parallel import gather_stats, shard_ids, shard_labels, shard_layout, tp_world
 
 MAX_K = 256
 
@@ -168,7 +168,7 @@ def linear_topk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, k: int, *,
     params = LogprobParams(temperature=temperature, return_entropy=return_entropy,
                            ignore_index=ignore_index, strict_labels=strict_labels,
                            logits_dtype=logits_dtype)
-    world = dist.get_world_size(tp_group) if tp_group is not None else 1
+    world = tp_world(tp_group)
     vocab = global_vocab(weight, world)
     if labels is not None:
         validate_inputs(hidden, weight, labels, params, vocab_size=vocab)

@@ -16,6 +16,19 @@ LOGITS_DTYPES = {"float32": None, "fp32": None, "bfloat16": torch.bfloat16,
                  "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 
 
+def check_flag(value, name: str, allow_none: bool = False):
+    """``value`` as a bool (numpy's bool too, as a config may hold one), or None where
+    ``allow_none``; else a TypeError naming ``name``."""
+    if value is None and allow_none or isinstance(value, bool):
+        return value
+    kind = type(value)
+    if kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool"):
+        return bool(value)
+    where = "" if kind.__module__ == "builtins" else f"{kind.__module__}."
+    raise TypeError(f"{name} must be a bool{' or None' if allow_none else ''}, got "
+                    f"{where}{kind.__name__} {value!r:.40}")
+
+
 def resolve_logits_dtype(logits_dtype):
     """None, a torch dtype or one of LOGITS_DTYPES' names -> None, bfloat16 or float16."""
     if logits_dtype is None or logits_dtype == torch.float32:
@@ -47,15 +60,17 @@ class LogprobParams:
     def __post_init__(self):
         validate_temperature(self.temperature)
         object.__setattr__(self, "logits_dtype", resolve_logits_dtype(self.logits_dtype))
-        if not isinstance(self.return_entropy, bool):
-            raise TypeError(f"return_entropy must be a bool, got {type(self.return_entropy).__name__}")
+        object.__setattr__(self, "return_entropy",
+                           check_flag(self.return_entropy, "return_entropy"))
         if isinstance(self.ignore_index, bool) or not isinstance(self.ignore_index,
                                                                  numbers.Integral):
             raise TypeError(f"ignore_index must be an int (default {DEFAULT_IGNORE_INDEX}), "
                             f"got {type(self.ignore_index).__name__}")
         # numpy's integers too; the kernels compare labels against a Python int
         object.__setattr__(self, "ignore_index", int(self.ignore_index))
-        if self.strict_labels is not None and not isinstance(self.strict_labels, bool):
-            raise TypeError(f"strict_labels must be a bool or None, got "
-                            f"{type(self.strict_labels).__name__}")
+        if not -2 ** 63 <= self.ignore_index < 2 ** 63:  # labels are int64 at the widest
+            raise ValueError(f"ignore_index must fit int64 (the labels' dtype), got "
+                             f"{self.ignore_index}; the default is {DEFAULT_IGNORE_INDEX}")
+        object.__setattr__(self, "strict_labels",
+                           check_flag(self.strict_labels, "strict_labels", allow_none=True))
 

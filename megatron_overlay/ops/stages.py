@@ -115,8 +115,9 @@ class LogprobStages(Protocol):
 
     def inverse_temperature_rows(self, temperature: torch.Tensor) -> torch.Tensor:
         """fp32 [N] 1 / T of a floating [N] tensor of per-row temperatures (any stride) on
-        the hidden states' device: NaN where T, in fp32, is not finite or below
-        temperature.MIN_TEMPERATURE (ops/temperature.py's ``inverse_rows``, bit for bit)."""
+        the hidden states' device: NaN where T, in fp32, is NaN or outside
+        [temperature.MIN_TEMPERATURE, temperature.MAX_TEMPERATURE] (ops/temperature.py's
+        ``inverse_rows``, bit for bit)."""
         ...
 
     def check_ids(self, ids: torch.Tensor, vocab_start: int, local_vocab: int,
@@ -157,6 +158,10 @@ class TopkStage(Protocol):
 
 def _pick(device: torch.device) -> tuple[LogprobStages, TopkStage]:
     wanted = os.environ.get(IMPL_ENV, "").strip().lower()
+    if wanted not in ("", "torch", "triton"):  # a typo would silently pick the default
+        raise ValueError(f"{IMPL_ENV}={os.environ[IMPL_ENV]!r}: set it to 'torch' (the "
+                         f"chunked torch stages) or 'triton' (the Triton kernels), or unset "
+                         f"it (Triton on CUDA, torch elsewhere)")
     if wanted != "torch" and (wanted == "triton" or device.type == "cuda"):
         try:
             from .kernels import triton_impl, triton_topk

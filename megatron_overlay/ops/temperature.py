@@ -12,8 +12,10 @@ dtype are checked on the host (metadata, no sync). Its values: on CPU, checked a
 instead a non-finite or non-positive entry turns that row's inverse temperature into NaN
 on the device: every output of that row is NaN, never a plausible wrong number. "Bad"
 includes a positive temperature below fp32's smallest normal number (MIN_TEMPERATURE),
-whose fp32 inverse overflows. Call :func:`check_temperature_values` yourself where one
-sync is acceptable to get the ValueError on CUDA too.
+whose fp32 inverse overflows, and one above MAX_TEMPERATURE. Call
+:func:`check_temperature_values` yourself where one sync is acceptable to get the
+ValueError on CUDA too. A tensor that requires grad is refused: no gradient flows to the
+temperature.
 """
 
 from __future__ import annotations
@@ -29,6 +31,14 @@ _FIX = "use 1.0 for the unscaled distribution"
 # (A temperature this small still overflows logit / T for |logit| >= ~4; that depends on
 # the data and is not checked.)
 MIN_TEMPERATURE = torch.finfo(torch.float32).tiny
+# The largest, 2^66 ~ 7.4e19 (exact in fp32 and fp64, so that a float and a tensor entry
+# are held to the same bound): far above any sampling temperature (there, logits a billion
+# in size differ by 1e-11 in z: a uniform distribution). The Triton kernels fill the last
+# vocab tile's padded columns with a raw logit of -1e30 (ops/kernels/_online_stats.py),
+# which must stay far below every real z = logit / T: at 2^66 it is z ~ -1.4e10, nothing
+# in the softmax; from T ~ 1e29 it came near 0 and the padded columns counted as vocab
+# entries (Triton's interpreter: log p = -ln 32 against -ln 16 at V = 16, T = 1e33).
+MAX_TEMPERATURE = 2.0 ** 66
 
 
 def validate_temperature(temperature) -> None:
@@ -37,6 +47,11 @@ def validate_temperature(temperature) -> None:
         if not temperature.is_floating_point():
             raise TypeError(f"temperature must be a float or a floating-point tensor, got a "
                             f"{temperature.dtype} tensor; pass e.g. temps.float()")
+        if temperature.requires_grad:
+            # the ops take the temperature as an option: no gradient would reach it
+            raise ValueError("temperature requires grad, but the fused ops give no gradient "
+                             "w.r.t. the temperature (it is taken as a constant); pass "
+                             "temperature.detach()")
         if temperature.device.type == "cpu":
             check_temperature_values(temperature)
         return
@@ -44,28 +59,35 @@ def validate_temperature(temperature) -> None:
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
         raise TypeError(f"temperature must be a float (or a tensor of them), got "
                         f"{type(temperature).__name__}; pass e.g. temperature=0.7")
-    if not math.isfinite(temperature) or temperature <= 0:
-        raise ValueError(f"temperature must be finite and > 0, got {temperature}; {_FIX}")
-    if temperature < MIN_TEMPERATURE:
+    try:
+        value = float(temperature)
+    except OverflowError:  # an int or Fraction beyond any float
+        value = math.inf
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"temperature must be finite and > 0, got {temperature!r:.40}; {_FIX}")
+    if value < MIN_TEMPERATURE:
         raise ValueError(f"temperature must be >= {MIN_TEMPERATURE:.4g} (fp32's smallest normal "
-                         f"number: its inverse must be finite in fp32), got {temperature}; "
+                         f"number: its inverse must be finite in fp32), got {temperature!r:.40}; "
                          f"{_FIX}")
+    if value > MAX_TEMPERATURE:
+        raise ValueError(f"temperature must be <= 2^66 ~ {MAX_TEMPERATURE:.3g} (the fused "
+                         f"kernels' range), got {temperature!r:.40}; {_FIX}")
 
 
 def check_temperature_values(temperature: torch.Tensor) -> None:
-    """ValueError unless every entry is finite and >= MIN_TEMPERATURE (so > 0) in fp32 (one
-    device->host copy on CUDA)."""
+    """ValueError unless every entry lies in [MIN_TEMPERATURE, MAX_TEMPERATURE] in fp32 (so
+    finite and > 0; one device->host copy on CUDA)."""
     if temperature.numel() == 0:
         return
-    t = temperature.float()  # as the ops take it: an fp64 1e-50 is 0 there
-    bad = ~(torch.isfinite(t) & (t >= MIN_TEMPERATURE))
+    t = temperature.detach().float()  # as the ops take it: an fp64 1e-50 is 0 there
+    bad = ~((t >= MIN_TEMPERATURE) & (t <= MAX_TEMPERATURE))  # NaN compares False
     if bool(bad.any()):
         first = bad.reshape(-1).nonzero()[0].item()
         value = temperature.reshape(-1)[first].item()
         if value <= 0 or not math.isfinite(value):
             rule = "finite and > 0 everywhere"
-        elif value > 1:  # finite in its own dtype, inf in fp32
-            rule = f"finite in fp32 everywhere (at most {torch.finfo(torch.float32).max:.4g})"
+        elif value > 1:  # above the kernels' range, or inf in fp32
+            rule = f"at most 2^66 ~ {MAX_TEMPERATURE:.3g} everywhere (the fused kernels' range)"
         else:  # positive: below fp32's smallest normal number as the ops take it
             rule = f"finite and >= {MIN_TEMPERATURE:.4g} everywhere in fp32 (fp32's smallest " \
                    f"normal number: its inverse must be finite)"
@@ -111,11 +133,9 @@ def inverse_temperature(temperature, n_rows: int, device: torch.device, rows=Non
 
 
 def inverse_rows(temperature: torch.Tensor) -> torch.Tensor:
-    """fp32 [N] 1 / T of [N] temperatures, NaN where T (in fp32) is not finite or below
-    MIN_TEMPERATURE: the torch stage's ``inverse_temperature_rows``."""
+    """fp32 [N] 1 / T of [N] temperatures, NaN where T (in fp32) lies outside
+    [MIN_TEMPERATURE, MAX_TEMPERATURE] (or is NaN): the torch stage's
+    ``inverse_temperature_rows``."""
     t = temperature.to(torch.float32)
-    # finite and >= MIN_TEMPERATURE <=> nan_to_num(t, 0, 0, 0) >= MIN_TEMPERATURE: four
-    # element-wise launches on CUDA where isfinite & (t > 0) and a NaN tensor took nine
-    # (each costs the host several us)
-    ok = t.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0) >= MIN_TEMPERATURE
+    ok = (t >= MIN_TEMPERATURE) & (t <= MAX_TEMPERATURE)  # NaN compares False
     return torch.where(ok, t.reciprocal(), float("nan"))

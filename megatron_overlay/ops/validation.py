@@ -36,7 +36,8 @@ def validate_inputs(hidden, weight, labels, params: LogprobParams, vocab_size: i
                          f"labels.to(hidden.device)")
     # The label range: here on CPU and in strict mode (one sync on CUDA); otherwise on the
     # device, inside the op, raised later without a sync (ops/label_check.py).
-    if not labels.is_cuda or label_check.strict_mode(params.strict_labels):
+    strict = label_check.strict_mode(params.strict_labels)  # read (and checked) everywhere
+    if not labels.is_cuda or strict:
         label_check.check_eagerly(labels, vocab_size, params.ignore_index, params.token_batch)
 
 
@@ -88,5 +89,5 @@ def validate_token_ids(token_ids, n_tokens: int, vocab_size: int, device, name="
     if token_ids.device != device:
         raise ValueError(f"{name} is on {token_ids.device} but the hidden states are on "
                          f"{device}; move it, e.g. {name}.to(hidden.device)")
-    if not token_ids.is_cuda or label_check.strict_mode(strict):
+    if label_check.strict_mode(strict) or not token_ids.is_cuda:
         label_check.check_ids_eagerly(token_ids, vocab_size, name, batch)

@@ -17,6 +17,18 @@ def shard_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int) -> torch.Te
     return torch.where((local >= 0) & (local < local_vocab), local, torch.full_like(local, -1))
 
 
+def tp_world(tp_group) -> int:
+    """The number of vocab shards of ``tp_group`` (None: 1), which must be a
+    torch.distributed ProcessGroup (megatron's tensor-parallel group)."""
+    if tp_group is None:
+        return 1
+    if not isinstance(tp_group, dist.ProcessGroup):
+        raise TypeError(f"tp_group must be None or a torch.distributed ProcessGroup (e.g. "
+                        f"parallel_state.get_tensor_model_parallel_group()), got "
+                        f"{type(tp_group).__name__} {tp_group!r:.40}")
+    return dist.get_world_size(tp_group)
+
+
 def shard_layout(weight: torch.Tensor, tp_group) -> tuple[bool, int, int]:
     """(tensor-parallel?, first global id of this rank's shard, number of shards); shards
     in rank order."""

@@ -5,8 +5,9 @@ A processor declares the keys it accepts, with their defaults, and calls :func:`
     values = read_context(context, {"temperature": 1.0, "k": REQUIRED}, "fused_topk")
 
 The context may be None (all defaults), a mapping, or any object with attributes; a
-value (a number, string, sequence, set or tensor: ``output_processor_context=0.7``) is a
-``TypeError``, where it would otherwise run at every default.
+value (a number, string, sequence, set, iterator, tensor or array:
+``output_processor_context=0.7``) is a ``TypeError``, where it would otherwise run at
+every default.
 A *mapping* is the caller's own spelling of the options, so an unknown key is an error (a
 misspelled ``"temprature"`` would otherwise run silently at the default); an *object* — a
 framework's config dataclass, say verl's — may carry any other attributes, and only the
@@ -19,7 +20,7 @@ from __future__ import annotations
 import difflib
 import numbers
 import sys
-from collections.abc import Set
+from collections.abc import Iterator, Set
 from typing import Any, Mapping, Sequence
 
 
@@ -58,11 +59,14 @@ def read_context(context: Any, accepted: Mapping[str, Any], processor: str) -> d
 
 
 def _is_value(context: Any) -> bool:
-    """A number, string, sequence, set or tensor: a value, not options (a named tuple has
-    its options as attributes)."""
+    """A number, string, sequence, set, iterator, tensor or array (numpy's, or anything
+    with ``__array__``): a value, not options (a named tuple has its options as
+    attributes)."""
     if isinstance(context, tuple) and hasattr(context, "_fields"):
         return False
-    if isinstance(context, (numbers.Number, str, bytes, Sequence, Set)):
+    if isinstance(context, (numbers.Number, str, bytes, Sequence, Set, Iterator)):
+        return True
+    if hasattr(type(context), "__array__"):  # np.array(0.7) is no Number nor Sequence
         return True
     torch = sys.modules.get("torch")  # a tensor exists only where torch is imported
     return torch is not None and isinstance(context, torch.Tensor)

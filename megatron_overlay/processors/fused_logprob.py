@@ -102,6 +102,17 @@ class FlatInputs(NamedTuple):
         """[s * b, ...] op output -> [b, s, ...]."""
         return None if t is None else t.view(self.seq, self.batch, *t.shape[1:]).transpose(0, 1)
 
+    def label_rows(self, labels) -> torch.Tensor:
+        """The model's [b, s] ``labels`` -> the ops' [s * b] rows (their dtype and range:
+        ops/validation.py)."""
+        if not isinstance(labels, torch.Tensor):
+            raise TypeError(f"labels must be a [batch, seq] tensor of token ids, got "
+                            f"{type(labels).__name__}; pass e.g. torch.as_tensor(labels)")
+        if labels.shape != (self.batch, self.seq):
+            raise ValueError(f"labels must be [batch, seq] = [{self.batch}, {self.seq}] to "
+                             f"match the hidden states, got {tuple(labels.shape)}")
+        return labels.transpose(0, 1).reshape(self.seq * self.batch)
+
 
 def flatten_inputs(hidden_states, output_layer, output_weight, scale_logits,
                    temperature) -> FlatInputs:
@@ -136,12 +147,9 @@ def _run_fused(hidden_states, output_layer, output_weight, labels, scale_logits,
     """[s, b, h] hidden (SP shard or full) -> log-probs and entropy, [b, s] fp32."""
     flat = flatten_inputs(hidden_states, output_layer, output_weight, scale_logits,
                           params.temperature)
-    if labels.shape != (flat.batch, flat.seq):
-        raise ValueError(f"labels must be [batch, seq] = [{flat.batch}, {flat.seq}] to match "
-                         f"the hidden states, got {tuple(labels.shape)}")
+    flat_labels = flat.label_rows(labels)
     params = replace(params, temperature=flat.temperature,
                      token_batch=flat.batch)  # errors name [b, s] places
-    flat_labels = labels.transpose(0, 1).reshape(flat.seq * flat.batch)
     validate_inputs(flat.hidden, flat.weight, flat_labels, params, vocab_size=flat.vocab_size)
     log_probs, entropy = forward_only.call(
         LinearLogprobEntropy, flat.hidden, flat.weight, flat_labels, params, flat.tp_group)

@@ -7,7 +7,8 @@
     out.topk_log_probs   # [b, s, k] fp32 log softmax(logits / T) at them, differentiable
 
 With ``labels`` also ``log_probs`` and ``entropy`` [b, s] as ``"fused_logprob"`` gives them
-(one pass over the vocab for all of it). E.g. a teacher's top-k for forward-KL
+(one pass over the vocab for all of it; the entropy also without labels where the context
+sets ``return_entropy=True``). E.g. a teacher's top-k for forward-KL
 distillation, or the student's own top-k for reverse KL over it. A plain callable with
 megatron-core 0.18's hook signature: pass the function itself on an upstream 0.18+ core.
 """
@@ -26,7 +27,8 @@ from .context import REQUIRED, read_context
 from .fused_logprob import FieldAccess, flatten_inputs
 
 # the output_processor_context keys this processor accepts, with their defaults
-FUSED_TOPK_KEYS = {"k": REQUIRED, "temperature": 1.0, "return_entropy": True,
+# (return_entropy None: with labels, as log_probs)
+FUSED_TOPK_KEYS = {"k": REQUIRED, "temperature": 1.0, "return_entropy": None,
                    "ignore_index": DEFAULT_IGNORE_INDEX, "strict_labels": None,
                    "logits_dtype": None}
 
@@ -49,25 +51,24 @@ def fused_topk_logprobs(
     """Top-``k`` ids and log-probs of softmax(logits / temperature), fused.
 
     context: ``k`` (int, required, 1 <= k <= 256 and <= vocab), ``temperature`` (default
-    1.0; float, or [b] / [b, s] tensor), ``return_entropy`` (default True, with labels),
+    1.0; float, or [b] / [b, s] tensor), ``return_entropy`` (default None: with labels;
+    True: also without them, False: never),
     ``ignore_index`` (default -100), ``strict_labels`` (default None: ops/label_check.py),
     ``logits_dtype`` (default None, as fused_logprob's); a mapping with any other key is
     refused (see :mod:`.context`).
     """
     options = read_context(context, FUSED_TOPK_KEYS, "fused_topk_logprobs")
     k = options.pop("k")
+    if options["return_entropy"] is None:
+        options["return_entropy"] = labels is not None
     params = LogprobParams(**options)
     flat = flatten_inputs(hidden_states, output_layer, output_weight, scale_logits,
                           params.temperature)
     params = replace(params, temperature=flat.temperature,
-                     return_entropy=params.return_entropy and labels is not None,
                      token_batch=flat.batch)  # errors name [b, s] places
     flat_labels = None
     if labels is not None:
-        if labels.shape != (flat.batch, flat.seq):
-            raise ValueError(f"labels must be [batch, seq] = [{flat.batch}, {flat.seq}] to "
-                             f"match the hidden states, got {tuple(labels.shape)}")
-        flat_labels = labels.transpose(0, 1).reshape(flat.seq * flat.batch)
+        flat_labels = flat.label_rows(labels)
         validate_inputs(flat.hidden, flat.weight, flat_labels, params,
                         vocab_size=flat.vocab_size)
     else:

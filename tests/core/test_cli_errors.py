@@ -105,3 +105,22 @@ def test_read_only_commands_never_write(core_copy, command):
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().endswith("writes: 0"), proc.stderr
     assert tree_digest(core_copy) == before
+
+
+def test_the_demo_without_megatron_is_one_line():
+    """Right after the cluster route's `pip install --no-deps .`: a one-line refusal naming
+    what to install, not an ImportError's traceback (megatron made unimportable here)."""
+    code = ("import sys; sys.modules['megatron'] = None; "
+            "from megatron_overlay.cli import main; sys.exit(main(['demo']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("megatron-overlay: error: the demo needs megatron-core")
+
+
+def test_python_dash_m_runs_the_command():
+    proc = subprocess.run([sys.executable, "-m", "megatron_overlay", "--version"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("megatron-overlay "), proc.stderr

@@ -125,6 +125,11 @@ ERRORS = {
     "temperature_nan_entry": ("ValueError", "temperature must be finite and > 0 everywhere"),
     "temperature_int_tensor": ("TypeError", "temperature must be a float or a floating-point"),
     "logprob_temperature_shape": ("ValueError", "a [batch] = [2] tensor (per sample)"),
+    "labels_list": ("TypeError", "labels must be a [batch, seq] tensor of token ids, got list"),
+    "logprob_labels_list": ("TypeError", "labels must be a [batch, seq] tensor"),
+    "context_array": ("TypeError", "fused_logprob: output_processor_context must be None, a "
+                                   "mapping"),
+    "temperature_requires_grad": ("ValueError", "temperature requires grad"),
 }
 
 
@@ -135,3 +140,13 @@ def test_bad_input_raises_a_clear_error(runs, case):
         got_kind, message = rank["errors"][case]
         assert got_kind == kind, message
         assert text in message, message
+
+
+def test_topk_entropy_without_labels_where_asked(runs):
+    """``return_entropy=True`` gives the top-k processor's entropy without labels (it was
+    dropped without a word); by default it comes with labels only."""
+    for rank in runs:
+        got = rank["entropy_without_labels"]
+        assert got["default"] is None
+        assert got["asked"] is not None and got["asked"].shape == got["reference"].shape
+        assert torch.allclose(got["asked"], got["reference"], rtol=0, atol=TOL)

@@ -132,12 +132,14 @@ MAY_IMPORT = {
     f"{P}.probe": {f"{P}.hook", f"{P}.patching", f"{P}.processors"},
     f"{P}.processors": {f"{P}.processors", f"{P}.hook", f"{P}.ops"},
     f"{P}.ops": {f"{P}.ops"},
-    # the kernels share three leaves with the torch implementation, nothing else above them
+    # the kernels share four leaves with the torch implementation, nothing else above them
     f"{P}.ops.kernels": {f"{P}.ops.kernels", f"{P}.ops.batch_invariance",
-                         f"{P}.ops.topk_merge", f"{P}.ops.row_flags"},
-    f"{P}.ops.batch_invariance": set(),
+                         f"{P}.ops.topk_merge", f"{P}.ops.row_flags", f"{P}.ops.temperature"},
+    f"{P}.ops.batch_invariance": {f"{P}.ops.env_flags"},
     f"{P}.ops.topk_merge": set(),
     f"{P}.ops.row_flags": set(),
+    f"{P}.ops.temperature": set(),
+    f"{P}.ops.env_flags": set(),
 }
 
 

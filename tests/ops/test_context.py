@@ -94,6 +94,15 @@ def test_a_tensor_is_not_a_context():
         read_context(torch.full((4,), 0.7), ACCEPTED, "fused_logprob")
 
 
+def test_an_array_or_an_iterator_is_not_a_context():
+    """np.array(0.7) is no Number and no Sequence, a generator neither: read as objects
+    they ran at every default (T = 1)."""
+    np = pytest.importorskip("numpy")
+    for context in (np.array(0.7), np.array([0.7]), iter([0.7]), (t for t in [0.7])):
+        with pytest.raises(TypeError, match="output_processor_context must be None, a mapping"):
+            read_context(context, ACCEPTED, "fused_logprob")
+
+
 def test_a_named_tuple_is_an_object_with_attributes():
     from typing import NamedTuple
 

@@ -175,11 +175,74 @@ def test_forward_memory_does_not_grow_with_vocab():
     (dict(temperature=None), TypeError, "temperature must be a float"),
     (dict(return_entropy="yes"), TypeError, "return_entropy must be a bool"),
     (dict(ignore_index=1.5), TypeError, "ignore_index must be an int"),
+    # beyond int64 (the labels' widest dtype): an OverflowError from the compare before
+    (dict(ignore_index=2 ** 70), ValueError, "ignore_index must fit int64"),
+    (dict(ignore_index=-2 ** 63 - 1), ValueError, "ignore_index must fit int64"),
+    (dict(strict_labels=1), TypeError, "strict_labels must be a bool or None, got int"),
+    # an int beyond every float: an OverflowError from the compare before
+    (dict(temperature=10 ** 400), ValueError, "temperature must be finite and > 0"),
+    # not a process group: an AttributeError from deep in torch.distributed before
+    (dict(tp_group="tp"), TypeError, "tp_group must be None or a torch.distributed "
+                                     "ProcessGroup"),
+    (dict(tp_group=0), TypeError, "tp_group must be None or a torch.distributed"),
 ])
 def test_bad_options_raise(kwargs, error, text):
     hidden, weight, labels = make(4, 8, 16)
     with pytest.raises(error, match=text):
         linear_logprob_entropy(hidden, weight, labels, **kwargs)
+
+
+def test_bad_options_of_the_distill_ops_raise():
+    from megatron_overlay.ops import linear_logprobs_at, linear_topk_logprobs
+    hidden, weight, labels = make(4, 8, 16)
+    ids = labels[:, None].repeat(1, 3)
+    with pytest.raises(TypeError, match="tp_group must be None or a torch.distributed"):
+        linear_topk_logprobs(hidden, weight, 2, tp_group=object())
+    with pytest.raises(TypeError, match="tp_group must be None or a torch.distributed"):
+        linear_logprobs_at(hidden, weight, ids, tp_group="x")
+    # strict_ids as strict_labels: a bool or None ("no" was read as strict before)
+    with pytest.raises(TypeError, match="strict_ids must be a bool or None, got str"):
+        linear_logprobs_at(hidden, weight, ids, strict_ids="no")
+
+
+def test_numpy_bools_are_bools():
+    """A flag read from a numpy config (np.bool_) is a bool, as numpy's ints and floats are
+    ints and floats here; the error for a wrong type names its module."""
+    np = pytest.importorskip("numpy")
+    hidden, weight, labels = make(4, 8, 16)
+    ref = linear_logprob_entropy(hidden, weight, labels, return_entropy=False)
+    got = linear_logprob_entropy(hidden, weight, labels, return_entropy=np.bool_(False),
+                                 strict_labels=np.bool_(True))
+    assert torch.equal(got[0], ref[0]) and got[1] is None and ref[1] is None
+    with pytest.raises(TypeError, match=r"return_entropy must be a bool, got numpy\.int64"):
+        linear_logprob_entropy(hidden, weight, labels, return_entropy=np.int64(1))
+
+
+@pytest.mark.parametrize("variable, value, text", [
+    ("MEGATRON_OVERLAY_IMPL", "trition", "MEGATRON_OVERLAY_IMPL='trition': set it to 'torch'"),
+    ("MEGATRON_OVERLAY_STRICT_LABELS", "maybe",
+     "MEGATRON_OVERLAY_STRICT_LABELS='maybe': set it to 1 or 0"),
+    ("MEGATRON_OVERLAY_BATCH_INVARIANT", "flase",
+     "MEGATRON_OVERLAY_BATCH_INVARIANT='flase': set it to 1 or 0"),
+])
+def test_a_misspelled_environment_variable_is_refused(monkeypatch, variable, value, text):
+    """A typo silently picked the default (the torch stages; the deferred label check)."""
+    hidden, weight, labels = make(4, 8, 16)
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError, match=text):
+        linear_logprob_entropy(hidden, weight, labels)
+
+
+@pytest.mark.parametrize("value, strict", [("1", True), ("true", True), ("YES", True),
+                                           (" on ", True), ("0", False), ("false", False),
+                                           ("off", False), ("", False)])
+def test_the_switches_read_the_usual_spellings(monkeypatch, value, strict):
+    from megatron_overlay.ops import batch_invariance, label_check
+    monkeypatch.setenv("MEGATRON_OVERLAY_STRICT_LABELS", value)
+    assert label_check.strict_mode(None) is strict
+    assert label_check.strict_mode(False) is False  # the argument wins
+    monkeypatch.setenv("MEGATRON_OVERLAY_BATCH_INVARIANT", value)
+    assert batch_invariance.enabled() is (strict or value == "")  # unset / empty: on
 
 
 @pytest.mark.parametrize("mutate, error, text", [

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from megatron_overlay.ops import linear_logprob_entropy, torch_chunked
-from megatron_overlay.ops.temperature import (check_temperature_values, inverse_temperature,
-                                              rows_from_batch_seq)
+from megatron_overlay.ops.temperature import (MAX_TEMPERATURE, check_temperature_values,
+                                              inverse_temperature, rows_from_batch_seq)
 
 from .test_fused_ops import make, reference_from_z
 
@@ -100,15 +100,16 @@ def test_bad_entries_poison_their_rows_on_the_no_sync_path():
 
 
 def test_inverse_poisons_exactly_the_invalid_entries():
-    """NaN for every entry that is not finite and >= fp32's smallest normal number (+-0,
-    +-inf, NaN, negatives, subnormals: their fp32 inverse is inf), 1 / t for every other,
-    the smallest normal (1 / t = 2^126) and the largest float included."""
+    """NaN for every entry outside [fp32's smallest normal number, MAX_TEMPERATURE] (+-0,
+    +-inf, NaN, negatives, subnormals: their fp32 inverse is inf; above 2^66, the kernels'
+    range), 1 / t for every other, both bounds (1 / t = 2^126 and 2^-66) included."""
     tiny, big = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
+    above = torch.nextafter(torch.tensor(MAX_TEMPERATURE), torch.tensor(big)).item()
     t = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), -1e-30, -big,
-                      1e-45, 2.9e-39, tiny, 0.7, 1.0, 3e38, big])
+                      1e-45, 2.9e-39, tiny, 0.7, 1.0, MAX_TEMPERATURE, above, 3e38, big])
     inv = inverse_temperature(t, t.numel(), t.device)
-    valid = torch.isfinite(t) & (t >= tiny)
-    assert valid.sum() == 5
+    valid = torch.isfinite(t) & (t >= tiny) & (t <= MAX_TEMPERATURE)
+    assert valid.sum() == 4 and inv[12] == 2.0 ** -66
     assert inv.dtype == torch.float32 and inv.is_contiguous()
     assert torch.equal(inv.isnan(), ~valid)
     assert torch.equal(inv[valid], t[valid].reciprocal()) and inv[valid].isfinite().all()
@@ -117,10 +118,15 @@ def test_inverse_poisons_exactly_the_invalid_entries():
                        t[10:13].to(torch.bfloat16).float().reciprocal())
 
 
-def test_temperature_gets_no_gradient():
+def test_a_temperature_that_requires_grad_is_refused():
+    """No gradient flows to the temperature (an option, not an input): a tensor asking for
+    one is refused, where its .grad stayed None without a word; detached, it is taken."""
     hidden, weight, labels = make(6, 8, 16)
     temps = torch.full((6,), 0.9, requires_grad=True)
-    lp, _ = linear_logprob_entropy(hidden.requires_grad_(), weight, labels, temperature=temps)
+    with pytest.raises(ValueError, match=r"temperature requires grad.*temperature\.detach\(\)"):
+        linear_logprob_entropy(hidden, weight, labels, temperature=temps)
+    lp, _ = linear_logprob_entropy(hidden.requires_grad_(), weight, labels,
+                                   temperature=temps.detach())
     lp.sum().backward()
     assert temps.grad is None and hidden.grad is not None
 
@@ -177,9 +183,20 @@ def test_a_cpu_scalar_temperature_is_taken_on_any_device():
         inverse_temperature(torch.full((3,), 0.5), 3, torch.device("meta"))
 
 
-def test_an_entry_that_overflows_fp32_says_so():
+@pytest.mark.parametrize("value", [1e39, 1e33, 2.0 ** 66 * 1.5])
+def test_a_temperature_above_the_kernels_range_is_refused(value):
+    """Above 2^66 (at 1e33 the Triton kernels' padded vocab columns counted as entries; an
+    fp64 1e39 is inf in fp32): a float, an int beyond any float, and a tensor entry alike."""
     hidden, weight, labels = make(4, 8, 16)
-    t = torch.tensor([1.0, 1e39, 1.0, 1.0], dtype=torch.float64)
-    with pytest.raises(ValueError, match=r"finite in fp32 everywhere \(at most 3.403e\+38\), "
-                                         r"got 1e\+39 at flat index 1"):
+    with pytest.raises(ValueError, match=r"temperature must be <= 2\^66 ~ 7.38e\+19"):
+        linear_logprob_entropy(hidden, weight, labels, temperature=value)
+    t = torch.tensor([1.0, value, 1.0, 1.0], dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"at most 2\^66 ~ 7.38e\+19 everywhere .*, got "
+                                         r"[0-9.e+]+ at flat index 1"):
         linear_logprob_entropy(hidden, weight, labels, temperature=t)
+    with pytest.raises(ValueError, match="temperature must be finite and > 0"):
+        linear_logprob_entropy(hidden, weight, labels, temperature=10 ** 400)
+    # the bound itself is taken: the uniform distribution over the 16 ids
+    lp, ent = linear_logprob_entropy(hidden, weight, labels, temperature=2.0 ** 66)
+    expect = -torch.log(torch.tensor(16.0))
+    assert torch.allclose(lp, expect.expand(4)) and torch.allclose(ent, -expect.expand(4))

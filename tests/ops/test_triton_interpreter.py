@@ -55,6 +55,9 @@ def _cases():
               for lab in ("labels", "int32", "none", "strided")]
     # per-row temperatures -> inverse temperatures: the kernel against the torch form
     cases += [f"invtemp-{dtype}" for dtype in ("float32", "bfloat16", "float16", "float64")]
+    # the largest temperature taken: the last vocab tile's padded columns still count for
+    # nothing (V = 16 and 50: partial 32-column tiles), per row and as one float
+    cases += ["maxtemp-float", "maxtemp-rows"]
     return cases
 
 
@@ -294,6 +297,21 @@ def _worker() -> int:
                     and torch.equal(got_v.nan_to_num(), (values - got[0][:, None]).masked_fill(
                         got_v.isnan(), 0.0)),
                     "records": rec}
+            elif kind == "maxtemp":  # T = 2^66: the uniform distribution, padding unseen
+                from megatron_overlay.ops.temperature import MAX_TEMPERATURE
+                os.environ["MEGATRON_OVERLAY_IMPL"] = "triton"
+                errs = []
+                for v in (16, 50):
+                    hidden, weight, labels = inputs(5, 16, v, torch.float32, seed=v)
+                    labels[labels < 0] = 0
+                    temp = MAX_TEMPERATURE if case.endswith("float") else \
+                        torch.full((5,), MAX_TEMPERATURE)
+                    lp, ent = linear_logprob_entropy(hidden, weight, labels, temperature=temp)
+                    uniform = torch.log(torch.tensor(float(v)))
+                    errs += [(lp + uniform).abs().max().item(), (ent - uniform).abs().max().item()]
+                os.environ.pop("MEGATRON_OVERLAY_IMPL")
+                report[case] = {"stats_err": max(errs), "stats_finite": True, "dh_err": 0.0,
+                                "dw_err": 0.0, "dtype": "float32"}
             elif kind == "invtemp":  # the stage's 1 / T, NaN rows: bit for bit torch's
                 from megatron_overlay.ops.temperature import inverse_rows
                 dtype = getattr(torch, case.split("-")[1])

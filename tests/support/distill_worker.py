@@ -21,6 +21,7 @@ import argparse
 import os
 import sys
 
+import numpy
 import torch
 import torch.multiprocessing as mp
 
@@ -220,6 +221,14 @@ def collect_errors(cfg: model_builder.ModelConfig) -> dict:
         "temperature_int_tensor": ("fused_logprob", {"temperature": torch.ones(b, s,
                                                                           dtype=torch.int64)}),
         "logprob_temperature_shape": ("fused_logprob", {"temperature": torch.ones(b + 1)}),
+        # a list of labels: an AttributeError from inside the processor before
+        "labels_list": (topk, {"k": 2}, labels.tolist()),
+        "logprob_labels_list": ("fused_logprob", {}, labels.tolist()),
+        # not options: ran at every default (T = 1) before
+        "context_array": ("fused_logprob", numpy.array(0.7)),
+        # the temperature gets no gradient: refused rather than left without one
+        "temperature_requires_grad": (topk, {"k": 2, "temperature":
+                                             torch.full((b,), 0.7, requires_grad=True)}),
     }
     errors = {}
     for name, (processor, ctx, *own_labels) in cases.items():  # a case's own labels
@@ -232,6 +241,24 @@ def collect_errors(cfg: model_builder.ModelConfig) -> dict:
     return errors
 
 
+def entropy_without_labels(cfg: model_builder.ModelConfig) -> dict:
+    """The top-k processor's entropy without labels: given where the context asks for it
+    (``return_entropy=True``), None by default; ``fused_logprob``'s entropy (with labels)
+    as the reference."""
+    model = model_builder.build_model(cfg)
+    input_ids, position_ids, mask, labels, _ = model_builder.batch(cfg)
+    with torch.no_grad():
+        asked = model(input_ids, position_ids, mask, output_processor="fused_topk_logprobs",
+                      output_processor_context={"k": 2, "temperature": 0.8,
+                                                "return_entropy": True})
+        default = model(input_ids, position_ids, mask, output_processor="fused_topk_logprobs",
+                        output_processor_context={"k": 2, "temperature": 0.8})
+        ref = model(input_ids, position_ids, mask, labels=labels,
+                    output_processor="fused_logprob", output_processor_context={
+                        "temperature": 0.8})
+    return {"asked": asked.entropy, "default": default.entropy, "reference": ref.entropy}
+
+
 def worker(rank: int, world: int, port: int, out: str) -> None:
     model_builder.init_distributed(rank, world, port, world)
     results: dict = {}
@@ -239,6 +266,7 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
         run_config(cfg, results)
     results["ties"] = ties_across_shards()
     results["errors"] = collect_errors(model_builder.ModelConfig(tp=world))
+    results["entropy_without_labels"] = entropy_without_labels(model_builder.ModelConfig(tp=world))
     torch.save(results, os.path.join(out, f"rank{rank}.pt"))
     model_builder.shutdown()
 
