@@ -121,6 +121,20 @@ def test_deferred_token_id_record_names_token_ids_and_the_token():
     label_check.check_ids_eagerly(ids.clamp(0, V - 1), V)
 
 
+def test_the_top_k_pad_id_in_token_ids_names_its_cause():
+    """A top-k row whose outputs are NaN (on CUDA: a bad per-row temperature) has the pad
+    id; passed on as token_ids it is out of range, and the error says where it came from."""
+    from megatron_overlay.ops.topk_merge import PAD_ID
+    ids = torch.zeros(3, 2, dtype=torch.int64)
+    ids[1] = PAD_ID
+    with pytest.raises(ValueError, match=rf"largest {PAD_ID}, first at token 1\); {PAD_ID} is "
+                                         rf"the fused top-k's pad id.*per-row temperature"):
+        label_check.check_ids_eagerly(ids, V)
+    with pytest.raises(ValueError) as err:  # another bad id: no such hint
+        label_check.check_ids_eagerly(ids.clamp(max=V), V)
+    assert "pad id" not in str(err.value)
+
+
 class _FakeCudaEvent:
     """torch.cuda.Event's part label_check uses, on the CPU machine: bound to the device of
     its first record (as CUDA's: recording it on another device's stream raises), and a

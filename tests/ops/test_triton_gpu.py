@@ -342,15 +342,18 @@ def test_cached_launch_specializes_like_triton():
                                    torch.float8_e4m3fn])
 def test_inverse_temperature_kernel_is_torchs_bit_for_bit(dtype):
     """Per-row temperatures: the Triton stage's one launch gives the torch form's inverse
-    temperatures (temperature.inverse_rows: cast, finite and >= MIN_TEMPERATURE, 1 / T
-    correctly rounded, else NaN) bit for bit; contiguous, strided and broadcast rows."""
+    temperatures (temperature.inverse_rows: cast, within [MIN_TEMPERATURE,
+    MAX_TEMPERATURE], 1 / T correctly rounded, else NaN) bit for bit; contiguous, strided
+    and broadcast rows."""
     from megatron_overlay.ops.kernels import triton_impl
-    from megatron_overlay.ops.temperature import inverse_rows
+    from megatron_overlay.ops.temperature import MAX_TEMPERATURE, inverse_rows
     info = torch.finfo(torch.float32)
+    above = float(torch.nextafter(torch.tensor(MAX_TEMPERATURE), torch.tensor(info.max)))
     g = torch.Generator(device="cuda").manual_seed(5)
     t = torch.exp(torch.randn(5000, device="cuda", generator=g, dtype=torch.float64) * 20)
-    t[:14] = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), -1e-30,
-                           1e-45, 2.9e-39, info.tiny, 0.7, 1.0, 3e38, info.max, 1e-38])
+    t[:16] = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), -1e-30,
+                           1e-45, 2.9e-39, info.tiny, 0.7, 1.0, 3e38, info.max, 1e-38,
+                           MAX_TEMPERATURE, above])
     for rows in (t.to(dtype), torch.stack([t, t], 1).to(dtype)[:, 1],
                  torch.tensor(0.3, dtype=dtype, device="cuda").expand(9)):
         got, ref = triton_impl.inverse_temperature_rows(rows), inverse_rows(rows)

@@ -316,9 +316,13 @@ def _worker() -> int:
                 from megatron_overlay.ops.temperature import inverse_rows
                 dtype = getattr(torch, case.split("-")[1])
                 info = torch.finfo(torch.float32)
+                from megatron_overlay.ops.temperature import MAX_TEMPERATURE
+                above = float(torch.nextafter(torch.tensor(MAX_TEMPERATURE),
+                                              torch.tensor(info.max)))
                 edge = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"),
                                      -1e-30, -info.max, 1e-45, 2.9e-39, info.tiny, 0.7, 1.0,
-                                     3e38, info.max, 1e-38, 1.1754942e-38], dtype=torch.float64)
+                                     3e38, info.max, 1e-38, 1.1754942e-38, MAX_TEMPERATURE,
+                                     above], dtype=torch.float64)
                 g = torch.Generator().manual_seed(3)
                 rand = torch.exp(torch.randn(2500, generator=g, dtype=torch.float64) * 20)
                 same, sizes = True, []
