@@ -155,7 +155,9 @@ def _cmd_demo(args) -> int:
         found = importlib.util.find_spec("megatron.core") is not None
     except ImportError:
         found = False
-    if not found and "megatron-core" not in missing:
+    if found:  # e.g. Megatron-LM on PYTHONPATH: no distribution metadata, but importable
+        missing = [name for name in missing if name != "megatron-core"]
+    elif "megatron-core" not in missing:
         missing.append("megatron-core")
     if missing:  # one line, as every refusal, not an ImportError's traceback
         print(f"megatron-overlay: error: the demo needs {', '.join(missing)}, not installed "

@@ -11,8 +11,9 @@ cd "$(dirname "$0")/.."
 version="${1:-${MEGATRON_CORE_VERSION:-0.13.1}}"
 # A release the overlay serves (its own patch set, or a yanked one with the same files:
 # docs/compatibility.json), checked before any venv or download exists
-if [ ! -f "patches/$version/manifest.json" ] &&
-   ! grep -q "\"release\": \"$version\"" docs/compatibility.json; then
+if ! [[ "$version" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
+   { [ ! -f "patches/$version/manifest.json" ] &&
+     ! grep -qF "\"release\": \"$version\"" docs/compatibility.json; }; then
   echo "tools/env.sh: megatron-core $version is not a release the overlay serves; these are:" \
     $(grep -o '"release": "[0-9.]*"' docs/compatibility.json | cut -d'"' -f4 | sort -V) >&2
   exit 2

@@ -39,7 +39,8 @@ CPU_BLOCK = 4096
 
 
 def enabled() -> bool:
-    """``$MEGATRON_OVERLAY_BATCH_INVARIANT`` (ops/env_flags.py), on unless set to 0."""
+    """``$MEGATRON_OVERLAY_BATCH_INVARIANT`` (ops/env_flags.py): on unless set to 0 / false
+    / no / off (before, only 0 turned it off)."""
     return env_flag(ENV, True, "1: batch-invariant kernels; 0: off")
 
 

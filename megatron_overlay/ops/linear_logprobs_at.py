@@ -108,7 +108,7 @@ def linear_logprobs_at(hidden: torch.Tensor, weight: torch.Tensor, token_ids: to
 
     hidden [N, H], weight [V_local, H] (this rank's vocab shard when ``tp_group`` is given;
     shards in rank order), token_ids [N, K] global ids in [0, V). ``temperature``: a
-    float, a 0-d tensor or an [N] tensor (finite, > 0). Returns ``(log_probs [N, K] fp32,
+    float, a 0-d tensor or an [N] tensor (in [1.2e-38, 2^66]; ops/temperature.py). Returns ``(log_probs [N, K] fp32,
     entropy [N] fp32 or None)``; d_hidden is complete on every rank.
 
     Ids outside ``[0, V)`` raise ``ValueError``: at once on CPU or with ``strict_ids=True``

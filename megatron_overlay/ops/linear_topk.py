@@ -156,8 +156,8 @@ def linear_topk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, k: int, *,
     """The ``k`` most likely ids under ``softmax(hidden @ weight.T / T)`` and their log-probs.
 
     hidden [N, H], weight [V_local, H] (this rank's vocab shard when ``tp_group`` is given;
-    shards in rank order). ``temperature``: a float, a 0-d tensor or an [N] tensor (finite,
-    > 0). ``labels`` [N] (optional, ``ignore_index`` allowed) adds ``log_probs`` at them;
+    shards in rank order). ``temperature``: a float, a 0-d tensor or an [N] tensor (in
+    [1.2e-38, 2^66]; ops/temperature.py). ``labels`` [N] (optional, ``ignore_index`` allowed) adds ``log_probs`` at them;
     ``return_entropy`` adds the entropy (0 at ignored labels); out-of-range labels raise
     ValueError as in ``linear_logprob_entropy`` (on CUDA later, without a sync). Returns a
     TopkLogprobs; all

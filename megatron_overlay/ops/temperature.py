@@ -31,8 +31,8 @@ _FIX = "use 1.0 for the unscaled distribution"
 # (A temperature this small still overflows logit / T for |logit| >= ~4; that depends on
 # the data and is not checked.)
 MIN_TEMPERATURE = torch.finfo(torch.float32).tiny
-# The largest, 2^66 ~ 7.4e19 (exact in fp32 and fp64, so that a float and a tensor entry
-# are held to the same bound): far above any sampling temperature (there, logits a billion
+# The largest, 2^66 ~ 7.4e19 (exact in fp32 and fp64: a float is held to it as given, a
+# tensor's entry as the ops take it, in fp32): far above any sampling temperature (there, logits a billion
 # in size differ by 1e-11 in z: a uniform distribution). The Triton kernels fill the last
 # vocab tile's padded columns with a raw logit of -1e30 (ops/kernels/_online_stats.py),
 # which must stay far below every real z = logit / T: at 2^66 it is z ~ -1.4e10, nothing
@@ -47,8 +47,9 @@ def validate_temperature(temperature) -> None:
         if not temperature.is_floating_point():
             raise TypeError(f"temperature must be a float or a floating-point tensor, got a "
                             f"{temperature.dtype} tensor; pass e.g. temps.float()")
-        if temperature.requires_grad:
-            # the ops take the temperature as an option: no gradient would reach it
+        if temperature.requires_grad and torch.is_grad_enabled():
+            # the ops take the temperature as an option: no gradient would reach it (under
+            # no_grad / inference_mode none is asked for: a Parameter's value is taken)
             raise ValueError("temperature requires grad, but the fused ops give no gradient "
                              "w.r.t. the temperature (it is taken as a constant); pass "
                              "temperature.detach()")
@@ -59,11 +60,12 @@ def validate_temperature(temperature) -> None:
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
         raise TypeError(f"temperature must be a float (or a tensor of them), got "
                         f"{type(temperature).__name__}; pass e.g. temperature=0.7")
+    overflow = False
     try:
         value = float(temperature)
-    except OverflowError:  # an int or Fraction beyond any float
-        value = math.inf
-    if not math.isfinite(value) or value <= 0:
+    except OverflowError:  # an int or Fraction beyond any float: above the range (below)
+        value, overflow = (math.inf if temperature > 0 else -math.inf), True
+    if (not overflow and not math.isfinite(value)) or value <= 0:
         raise ValueError(f"temperature must be finite and > 0, got {temperature!r:.40}; {_FIX}")
     if value < MIN_TEMPERATURE:
         raise ValueError(f"temperature must be >= {MIN_TEMPERATURE:.4g} (fp32's smallest normal "
@@ -137,5 +139,7 @@ def inverse_rows(temperature: torch.Tensor) -> torch.Tensor:
     [MIN_TEMPERATURE, MAX_TEMPERATURE] (or is NaN): the torch stage's
     ``inverse_temperature_rows``."""
     t = temperature.to(torch.float32)
-    ok = (t >= MIN_TEMPERATURE) & (t <= MAX_TEMPERATURE)  # NaN compares False
+    # within the bounds <=> clamping changes nothing (NaN, +-inf compare unequal): two
+    # element-wise launches on CUDA for the mask, where >=, <= and & took three
+    ok = t.clamp(MIN_TEMPERATURE, MAX_TEMPERATURE) == t
     return torch.where(ok, t.reciprocal(), float("nan"))

@@ -180,7 +180,8 @@ def test_forward_memory_does_not_grow_with_vocab():
     (dict(ignore_index=-2 ** 63 - 1), ValueError, "ignore_index must fit int64"),
     (dict(strict_labels=1), TypeError, "strict_labels must be a bool or None, got int"),
     # an int beyond every float: an OverflowError from the compare before
-    (dict(temperature=10 ** 400), ValueError, "temperature must be finite and > 0"),
+    (dict(temperature=10 ** 400), ValueError, r"temperature must be <= 2\^66"),
+    (dict(temperature=-10 ** 400), ValueError, "temperature must be finite and > 0"),
     # not a process group: an AttributeError from deep in torch.distributed before
     (dict(tp_group="tp"), TypeError, "tp_group must be None or a torch.distributed "
                                      "ProcessGroup"),

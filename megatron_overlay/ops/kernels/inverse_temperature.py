@@ -3,9 +3,9 @@
 The stage contract's ``inverse_temperature_rows`` (ops/stages.py; what ops/temperature.py
 asks of the stage for a tensor of temperatures): fp32 1 / T a row, NaN where T (in fp32)
 lies outside [MIN_TEMPERATURE, MAX_TEMPERATURE] or is NaN. The torch stage's conversion
-(cast, compares, reciprocal and select) took four to five element-wise launches: ~97 us
-of a 256-token forward call's host time on an H100's host (docs/BENCHMARKS.md, pass 15),
-where one launch takes ~30-45. ``div_rn`` rounds 1 / T correctly, as torch's reciprocal
+is four to five element-wise launches on CUDA (cast, clamp, compare, reciprocal, select);
+its form of pass 15, as many, took ~97 us of a 256-token forward call's host time on an
+H100's host (docs/BENCHMARKS.md, pass 15), where one launch takes ~30-45. ``div_rn`` rounds 1 / T correctly, as torch's reciprocal
 does on CUDA, so both stages give the same bits.
 """
 
