@@ -146,9 +146,9 @@ def _ids_message(count: int, low: int, high: int, first: int, vocab_size: int, k
             "NaN)") if deferred else ""
     # the top-k's pad id (topk_merge.PAD_ID): where ids came from a top-k row whose values
     # were NaN, which on CUDA is how a bad per-row temperature shows (ops/temperature.py)
-    pad = (f"; {_I64_MAX} is the fused top-k's pad id, which it returns in a row whose "
-           f"log-probs are NaN (a per-row temperature that was not finite or out of range, "
-           f"or non-finite hidden states)") if high == _I64_MAX else ""
+    pad = (f"; {_I64_MAX} is the fused top-k's pad id, which its Triton stage returns in a "
+           f"row whose log-probs are NaN (a per-row temperature that was not finite or out "
+           f"of range, or non-finite hidden states)") if high == _I64_MAX else ""
     return (f"{name} out of range{when}: ids must lie in [0, {vocab_size}); got {count} "
             f"outside it (smallest {low}, largest {high}, first at "
             f"{_token(first // k, batch)}){pad}")
