@@ -286,22 +286,28 @@ def _give_back(buf: torch.Tensor, event=None, device: int | None = None) -> None
             _free_events.setdefault(device, []).append(event)
 
 
+def _unlend(rec: torch.Tensor) -> tuple:
+    """(pooled buffer, lent inside a capture) of a record ``host_record`` lent; (None,
+    None) for any other (a device record, or a CPU one of the tests)."""
+    if rec.is_cuda:
+        return None, None
+    with _lock:
+        return _lent.pop(rec.data_ptr(), (None, None))
+
+
 def _release(rec: torch.Tensor) -> None:
     """A lent record that will not be queued (a call with no labels): back to the pool,
     unless a graph captured its call (its replays may write it)."""
-    with _lock:
-        buf, captured = _lent.pop(rec.data_ptr(), (None, None)) if not rec.is_cuda \
-            else (None, None)
-        if captured:
+    buf, captured = _unlend(rec)
+    if captured:
+        with _lock:
             _graph_records.append(buf)
-    if buf is not None and not captured:
+    elif buf is not None:
         _give_back(buf)
 
 
 def _defer(rec: torch.Tensor, message) -> None:
-    with _lock:
-        buf, captured = _lent.pop(rec.data_ptr(), (None, None)) if not rec.is_cuda \
-            else (None, None)
+    buf, captured = _unlend(rec)
     if buf is None and not rec.is_cuda:  # CPU (tests): the record is already on the host
         with _lock:
             _pending.append((rec, None, message, None, None))

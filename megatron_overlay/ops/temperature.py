@@ -14,8 +14,8 @@ on the device: every output of that row is NaN, never a plausible wrong number. 
 includes a positive temperature below fp32's smallest normal number (MIN_TEMPERATURE),
 whose fp32 inverse overflows, and one above MAX_TEMPERATURE. Call
 :func:`check_temperature_values` yourself where one sync is acceptable to get the
-ValueError on CUDA too. A tensor that requires grad is refused: no gradient flows to the
-temperature.
+ValueError on CUDA too. No gradient flows to the temperature: a tensor that requires grad
+is refused while autograd is on.
 """
 
 from __future__ import annotations
@@ -32,12 +32,13 @@ _FIX = "use 1.0 for the unscaled distribution"
 # the data and is not checked.)
 MIN_TEMPERATURE = torch.finfo(torch.float32).tiny
 # The largest, 2^66 ~ 7.4e19 (exact in fp32 and fp64: a float is held to it as given, a
-# tensor's entry as the ops take it, in fp32): far above any sampling temperature (there, logits a billion
-# in size differ by 1e-11 in z: a uniform distribution). The Triton kernels fill the last
-# vocab tile's padded columns with a raw logit of -1e30 (ops/kernels/_online_stats.py),
-# which must stay far below every real z = logit / T: at 2^66 it is z ~ -1.4e10, nothing
-# in the softmax; from T ~ 1e29 it came near 0 and the padded columns counted as vocab
-# entries (Triton's interpreter: log p = -ln 32 against -ln 16 at V = 16, T = 1e33).
+# tensor's entry as the ops take it, in fp32): far above any sampling temperature (there,
+# logits a billion in size differ by 1e-11 in z: a uniform distribution). The Triton
+# kernels fill the last vocab tile's padded columns with a raw logit of -1e30
+# (ops/kernels/_online_stats.py), which must stay far below every real z = logit / T: at
+# 2^66 it is z ~ -1.4e10, nothing in the softmax; from T ~ 1e29 it came near 0 and the
+# padded columns counted as vocab entries (Triton's interpreter: log p = -ln 32 against
+# -ln 16 at V = 16, T = 1e33).
 MAX_TEMPERATURE = 2.0 ** 66
 
 
@@ -81,8 +82,8 @@ def check_temperature_values(temperature: torch.Tensor) -> None:
     finite and > 0; one device->host copy on CUDA)."""
     if temperature.numel() == 0:
         return
-    t = temperature.detach().float()  # as the ops take it: an fp64 1e-50 is 0 there
-    bad = ~((t >= MIN_TEMPERATURE) & (t <= MAX_TEMPERATURE))  # NaN compares False
+    # as the ops take it: an fp64 1e-50 is 0 there
+    bad = ~_within_range(temperature.detach().float())
     if bool(bad.any()):
         first = bad.reshape(-1).nonzero()[0].item()
         value = temperature.reshape(-1)[first].item()
@@ -139,7 +140,11 @@ def inverse_rows(temperature: torch.Tensor) -> torch.Tensor:
     [MIN_TEMPERATURE, MAX_TEMPERATURE] (or is NaN): the torch stage's
     ``inverse_temperature_rows``."""
     t = temperature.to(torch.float32)
-    # within the bounds <=> clamping changes nothing (NaN, +-inf compare unequal): two
-    # element-wise launches on CUDA for the mask, where >=, <= and & took three
-    ok = t.clamp(MIN_TEMPERATURE, MAX_TEMPERATURE) == t
-    return torch.where(ok, t.reciprocal(), float("nan"))
+    return torch.where(_within_range(t), t.reciprocal(), float("nan"))
+
+
+def _within_range(t: torch.Tensor) -> torch.Tensor:
+    """Bool like the fp32 ``t``: MIN_TEMPERATURE <= t <= MAX_TEMPERATURE (False for NaN).
+    Clamping changes nothing exactly there (NaN, +-inf compare unequal): two element-wise
+    launches on CUDA, where >=, <= and & took three."""
+    return t.clamp(MIN_TEMPERATURE, MAX_TEMPERATURE) == t

@@ -32,7 +32,7 @@ def tp_world(tp_group) -> int:
 def shard_layout(weight: torch.Tensor, tp_group) -> tuple[bool, int, int]:
     """(tensor-parallel?, first global id of this rank's shard, number of shards); shards
     in rank order."""
-    world = dist.get_world_size(tp_group) if tp_group is not None else 1
+    world = tp_world(tp_group)
     if world == 1:
         return False, 0, 1
     return True, dist.get_rank(tp_group) * weight.shape[0], world

@@ -3,8 +3,9 @@
 For growing N (tokens) and V (vocab; fp32, H=256), forward and forward+backward: the median
 of single calls (host clock), then the peak of torch's allocator above the inputs in one
 more, untimed call (``PeakTensorMemory``: it repeats exactly, where the process's RSS,
-read before, moved with what malloc kept), each measurement in a fresh process. Writes results.json (the rows of
-docs/bench_cpu_logprob.json) and table.md (the table of docs/BENCHMARKS.md).
+read before, moved with what malloc kept), each measurement in a fresh process. Writes
+results.json (the rows of docs/bench_cpu_logprob.json) and table.md (the table of
+docs/BENCHMARKS.md).
 
     python -m tools.bench cpu --out out/cpu
     python -m tools.bench cpu --shapes 64,512 --rounds 1 --out out/tiny
