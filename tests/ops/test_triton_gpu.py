@@ -126,6 +126,40 @@ def test_op_matches_torch_impl(monkeypatch):
         assert ((a - b).abs().max() / b.abs().max()) < 2e-2
 
 
+@pytest.mark.parametrize("per_row", [False, True])
+def test_small_temperatures_keep_the_argmax_exact(per_row, monkeypatch):
+    """Down to T = 1e-9 (|z| ~ 1e10): where the torch path's log-prob at the argmax is
+    exactly 0 (-log s with s = 1: the rest underflows), the log-prob and top-k ops' Triton
+    path gives 0 too, and no row is NaN: the forward kernels take the maximum off in raw
+    logit units (_online_stats.fold_max). With m log2(e) rounded apart (before pass 17)
+    the argmax's log-prob was off by ~|z| 6e-8 and rows were NaN from |z| ~ 1e9.
+    Elsewhere the two paths' logits differ by their GEMMs' rounding, times 1 / T."""
+    from megatron_overlay.ops import linear_logprobs_at, linear_topk_logprobs
+    hidden, weight, _ = _inputs(300, 256, 5003, torch.float32, seed=7)
+    biggest = (hidden @ weight.T).abs().max().item()
+    for t in (1e-3, 1e-6, 1e-9):
+        temp = torch.full((300,), t, device="cuda") if per_row else t
+        outs = {}
+        for impl in ("torch", "triton"):
+            monkeypatch.setenv("MEGATRON_OVERLAY_IMPL", impl)
+            top = linear_topk_logprobs(hidden, weight, 2, temperature=temp)
+            ids = top.topk_ids[:, 0]
+            lp, ent = linear_logprob_entropy(hidden, weight, ids, temperature=temp)
+            # the at-ids op recomputes z at the ids with its own dot: finite, no more
+            at, _ = linear_logprobs_at(hidden, weight, ids[:, None], temperature=temp)
+            assert at.isfinite().all(), (impl, t)
+            outs[impl] = (ids, torch.stack([top.topk_log_probs[:, 0], lp]), ent)
+        (ids_r, lp_r, ent_r), (ids_t, lp_t, ent_t) = outs["torch"], outs["triton"]
+        assert torch.equal(ids_t, ids_r), t
+        assert lp_t.isfinite().all() and ent_t.isfinite().all(), t
+        exact = lp_r == 0
+        assert exact.sum() > 300, (t, exact.sum())  # of 600: most rows' s is 1
+        assert (lp_t[exact] == 0).all(), (t, lp_t[exact].abs().max())
+        tol = 1e-4 + 8 * torch.finfo(torch.float32).eps * biggest / t
+        torch.testing.assert_close(lp_t, lp_r, atol=tol, rtol=0, msg=f"T = {t}")
+        torch.testing.assert_close(ent_t, ent_r, atol=tol, rtol=0, msg=f"T = {t}")
+
+
 def test_a_cpu_scalar_temperature_on_a_cuda_model_is_the_float():
     """A 0-d CPU tensor (as torch's scalars) on CUDA hidden states: the float's bits, no
     error (it was refused as a tensor on another device)."""

@@ -49,20 +49,21 @@ def work_item(labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, g
 
 @triton.jit
 def empty_stats(BLOCK_M: tl.constexpr):
-    """(m, s, t, zl) of no logits yet."""
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    """(a, s, t, zl) of no logits yet (a: the largest raw logit)."""
+    a_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     s_i = tl.zeros([BLOCK_M], tl.float32)
     t_i = tl.zeros([BLOCK_M], tl.float32)
     zl_i = tl.zeros([BLOCK_M], tl.float32)
-    return m_i, s_i, t_i, zl_i
+    return a_i, s_i, t_i, zl_i
 
 
 @triton.jit
-def store_stats(part_ptr, split, rows, N, m_i, s_i, t_i, zl_i):
-    """The item's (m, s, t, zl) to part[split, rows]."""
+def store_stats(part_ptr, split, rows, N, inv_t, a_i, s_i, t_i, zl_i):
+    """The item's (m, s, t, zl) to part[split, rows], m = a inv_t: max(logit) inv_t is
+    max(logit inv_t) bit for bit (inv_t > 0; rounding keeps order)."""
     out = part_ptr + (split.to(tl.int64) * N + rows) * 4
     keep = rows < N
-    tl.store(out + 0, m_i, mask=keep)
+    tl.store(out + 0, a_i * inv_t, mask=keep)
     tl.store(out + 1, s_i, mask=keep)
     tl.store(out + 2, t_i, mask=keep)
     tl.store(out + 3, zl_i, mask=keep)
@@ -90,21 +91,26 @@ def pad_tile(acc, v0, V, inv_t_col, BLOCK_V: tl.constexpr):
 
 
 @triton.jit
-def fold_max(acc, z_max, inv_t_col, m_i, s_i, t_i, WITH_ENTROPY: tl.constexpr):
-    """The fold of a padded tile of raw logits ``acc`` whose rows' maxima of z, ``z_max``
-    = max(acc) * inv_t, are known (inv_t > 0, so that is max(acc * inv_t) bit for bit).
+def fold_max(acc, acc_max, inv_t, inv_t_col, a_i, s_i, t_i, WITH_ENTROPY: tl.constexpr):
+    """The fold of a padded tile of raw logits ``acc`` whose rows' maxima ``acc_max`` are
+    known, into the running (a, s, t): a the largest raw logit so far, s and t relative to
+    m = a inv_t. ``inv_t`` / ``inv_t_col`` as work_item's (> 0, or NaN: NaN rows).
 
-    Work in log2 units: with u = (z - m) log2(e), exp(z - m) = exp2(u) costs one FMA and
-    one MUFU op per logit, and t = ln(2) sum exp2(u) u.
+    Work in log2 units: u = (logit - a) inv_t log2(e), so exp(z - m) = exp2(u) and t =
+    ln(2) sum exp2(u) u. The subtraction comes first, in raw units, so that the maximum's
+    own u is exactly 0 at every temperature. Formed as logit * (inv_t log2 e) - m log2 e
+    (one FMA, with m rounded apart; before pass 17) the maximum's u was off by ~|z| 1e-7:
+    2e-3 nats on the argmax's log-prob at T = 1e-3, and from |z| ~ 1e9 (T = 1e-8 at
+    logits ~20) exp2 of it underflowed and the row was NaN (docs/BENCHMARKS.md, passes 16
+    and 17: one more FP op a logit, timed there).
     """
-    m_new = tl.maximum(m_i, z_max)
-    m2 = m_new * LOG2E
-    alpha = tl.exp2(m_i * LOG2E - m2)
-    u = acc * (inv_t_col * LOG2E) - m2[:, None]
+    a_new = tl.maximum(a_i, acc_max)
+    alpha = tl.exp2((a_i - a_new) * (inv_t * LOG2E))  # a_i = -inf (no logits yet): 0
+    u = (acc - a_new[:, None]) * (inv_t_col * LOG2E)
     p = tl.exp2(u)
     if WITH_ENTROPY:
         # move t's reference point from m to m_new: t' = alpha (t + s (m - m_new))
-        moved = tl.where(s_i > 0, s_i * (m_i - m_new), 0.0)
+        moved = tl.where(s_i > 0, s_i * ((a_i - a_new) * inv_t), 0.0)
         t_i = alpha * (t_i + moved) + tl.sum(p * u, axis=1) * LN2
     s_i = s_i * alpha + tl.sum(p, axis=1)
-    return m_new, s_i, t_i
+    return a_new, s_i, t_i

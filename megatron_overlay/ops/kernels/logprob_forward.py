@@ -57,13 +57,12 @@ from .split_operand import split_hi_lo_into, split_rows
 
 
 @triton.jit
-def _fold_tile(acc, v0, labels, V, inv_t, inv_t_col, m_i, s_i, t_i, zl_i,
+def _fold_tile(acc, v0, labels, V, inv_t, inv_t_col, a_i, s_i, t_i, zl_i,
                BLOCK_V: tl.constexpr, WITH_ENTROPY: tl.constexpr, LOGITS_DTYPE: tl.constexpr,
                HAS_LABELS: tl.constexpr):
     """Fold one [BLOCK_M, BLOCK_V] tile of raw logits ``acc`` (rounded to LOGITS_DTYPE
-    first, if given) into the running stats.
-
-    m = max z, s = sum exp(z - m), t = sum exp(z - m) (z - m) (relative to the running
+    first, if given) into the running stats (_online_stats.py: a = the largest raw logit;
+    m = max z = a inv_t, s = sum exp(z - m), t = sum exp(z - m) (z - m) (relative to the running
     max, as the stage contract has it), zl = z[label].
 
     ``inv_t`` / ``inv_t_col``: the same scalar twice, or (per-row temperatures) the rows'
@@ -73,9 +72,9 @@ def _fold_tile(acc, v0, labels, V, inv_t, inv_t_col, m_i, s_i, t_i, zl_i,
     if HAS_LABELS:
         zl_i += label_logit(acc, v0, labels, inv_t, BLOCK_V)
     acc = pad_tile(acc, v0, V, inv_t_col, BLOCK_V)
-    m_i, s_i, t_i = fold_max(acc, tl.max(acc, axis=1) * inv_t, inv_t_col, m_i, s_i, t_i,
+    a_i, s_i, t_i = fold_max(acc, tl.max(acc, axis=1), inv_t, inv_t_col, a_i, s_i, t_i,
                              WITH_ENTROPY)
-    return m_i, s_i, t_i, zl_i
+    return a_i, s_i, t_i, zl_i
 
 
 @triton.jit
@@ -98,7 +97,7 @@ def forward_stats_kernel(
         labels_ptr, inv_t_ptr, inv_t, N, V, num_splits, tiles_per_split, group_m,
         BLOCK_M, BLOCK_V, ROW_INV_T, HAS_LABELS)
     k_tiles = tl.cdiv(H, BLOCK_K)
-    m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
+    a_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
 
     if LOOP == 2:
         acc = tl.zeros((BLOCK_M, BLOCK_V), tl.float32)
@@ -109,8 +108,8 @@ def forward_stats_kernel(
                            N, V, H, stride_h, stride_w, acc, BLOCK_M, BLOCK_V, BLOCK_K,
                            USE_TMA, LO, DOT_PRECISION, UPCAST_DOT)
             if kk == k_tiles - 1:
-                m_i, s_i, t_i, zl_i = _fold_tile(acc, vt * BLOCK_V, labels, V, inv_t, inv_t_col,
-                                                  m_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY,
+                a_i, s_i, t_i, zl_i = _fold_tile(acc, vt * BLOCK_V, labels, V, inv_t, inv_t_col,
+                                                  a_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY,
                                                   LOGITS_DTYPE, HAS_LABELS)
                 acc = tl.zeros((BLOCK_M, BLOCK_V), tl.float32)
     else:
@@ -121,11 +120,11 @@ def forward_stats_kernel(
                 acc = mma_step(h_src, h_lo_src, w_src, w_lo_src, m0, v0, kk * BLOCK_K, N, V, H,
                                stride_h, stride_w, acc, BLOCK_M, BLOCK_V, BLOCK_K, USE_TMA, LO,
                                DOT_PRECISION, UPCAST_DOT)
-            m_i, s_i, t_i, zl_i = _fold_tile(acc, v0, labels, V, inv_t, inv_t_col,
-                                              m_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY,
+            a_i, s_i, t_i, zl_i = _fold_tile(acc, v0, labels, V, inv_t, inv_t_col,
+                                              a_i, s_i, t_i, zl_i, BLOCK_V, WITH_ENTROPY,
                                               LOGITS_DTYPE, HAS_LABELS)
 
-    store_stats(part_ptr, split, rows, N, m_i, s_i, t_i, zl_i)
+    store_stats(part_ptr, split, rows, N, inv_t, a_i, s_i, t_i, zl_i)
 
 
 # ----------------------------------------------------------------------------- launch

@@ -78,7 +78,6 @@ def tile_scatter_kernel(tiles_ptr, counts_ptr, out_tiles_ptr, out_pairs_ptr, run
     t = _block_tiles(tiles_ptr, P, num_t, BLOCK)
     if ONE_BLOCK:
         total = tl.histogram(t, NB)         # every block's pairs of tile t: this one's
-        earlier = tl.zeros([NB], tl.int32)  # no earlier block
     else:
         total = tl.zeros([NB], tl.int32)    # every block's pairs of tile t
         earlier = tl.zeros([NB], tl.int32)  # the earlier blocks' pairs of tile t
@@ -92,16 +91,15 @@ def tile_scatter_kernel(tiles_ptr, counts_ptr, out_tiles_ptr, out_pairs_ptr, run
         pairs = tl.where(bins <= num_t, total, 0)  # not the last block's padding
         tl.store(runs_ptr + bins, tl.cumsum((pairs + seg_rows - 1) // seg_rows, 0))
         tl.store(runs_ptr + NB + bins, tl.cumsum(pairs, 0) - pairs)
-    if ONE_BLOCK:
-        mine = total
-    else:
-        mine = tl.load(counts_ptr + b * NB + bins)
-    # the place of this block's first pair of tile t, less the block's pairs of lower tiles
-    # (which its sorted position counts)
-    shift = (tl.cumsum(total, 0) - total) + earlier - (tl.cumsum(mine, 0) - mine)
     keys = tl.sort(t * BLOCK + tl.arange(0, BLOCK))
     tile = keys // BLOCK
-    dest = tl.arange(0, BLOCK) + tl.gather(shift, tile, 0)
+    dest = tl.arange(0, BLOCK)  # ONE_BLOCK: the sorted position is the place
+    if not ONE_BLOCK:
+        mine = tl.load(counts_ptr + b * NB + bins)
+        # the place of this block's first pair of tile t, less the block's pairs of lower
+        # tiles (which its sorted position counts); 0 for a lone block (mine = total)
+        shift = (tl.cumsum(total, 0) - total) + earlier - (tl.cumsum(mine, 0) - mine)
+        dest += tl.gather(shift, tile, 0)
     real = tile <= num_t
     tl.store(out_tiles_ptr + dest, tile, mask=real)
     tl.store(out_pairs_ptr + dest, b * BLOCK + keys % BLOCK, mask=real)

@@ -101,7 +101,7 @@ def topk_stats_kernel(
     k_tiles = tl.cdiv(H, BLOCK_K)
     keep = rows < N
     rank, rank_col = rank_scale(inv_t), rank_scale(inv_t_col)  # what the selection ranks
-    m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
+    a_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
     best_v = tl.full([BLOCK_M], float("-inf"), tl.float32)  # ARGMAX: the split's best z
     best_i = tl.full([BLOCK_M], V, tl.int32)  # V: none yet
 
@@ -127,22 +127,21 @@ def topk_stats_kernel(
                 better = z_top > best_v
                 best_v = tl.where(better, z_top, best_v)
                 best_i = tl.where(better, v0 + at, best_i)
-                z_max = tl.where(inv_t == inv_t, z_top, float("nan"))  # max(acc) * inv_t
+                acc_max = tl.max(acc, axis=1)  # the fold's, in raw units
             elif SECOND:
                 acc_max, at = tl.max(acc, axis=1, return_indices=True,
                                      return_indices_tie_break_left=True)
-                z_max = acc_max * inv_t
                 # int32 offsets: a launch's maxima stay within the partial budget
                 tl.store(top_v_ptr + vt * N + rows, acc_max * rank, mask=keep)
                 tl.store(top_i_ptr + vt * N + rows, pack_second(acc, acc_max, at, rank),
                          mask=keep)
             else:
                 acc_max = tl.max(acc, axis=1)
-                z_max = acc_max * inv_t
                 tl.store(top_v_ptr + vt * N + rows, acc_max * rank, mask=keep)
-            m_i, s_i, t_i = fold_max(acc, z_max, inv_t_col, m_i, s_i, t_i, WITH_ENTROPY)
-        store_stats(part_ptr, c0 // chunk_tiles, rows, N, m_i, s_i, t_i, zl_i)
-        m_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
+            a_i, s_i, t_i = fold_max(acc, acc_max, inv_t, inv_t_col, a_i, s_i, t_i,
+                                     WITH_ENTROPY)
+        store_stats(part_ptr, c0 // chunk_tiles, rows, N, inv_t, a_i, s_i, t_i, zl_i)
+        a_i, s_i, t_i, zl_i = empty_stats(BLOCK_M)
 
     if ARGMAX:  # z, the answer (a split without tiles keeps -inf and id V: unfilled)
         top = split.to(tl.int64) * N + rows
