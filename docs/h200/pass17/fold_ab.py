@@ -9,9 +9,10 @@ timed against the tree before it, in one process, and its precision at small tem
     PYTHONPATH=/tmp/b:. python docs/h200/pass17/fold_ab.py OUT.json        (one GPU)
 
 Timing: bf16, T = 0.7, forwards without grad (the log-prob op with labels and entropy,
-per-token temperatures at 8192 tokens too; the top-k at k = 1, 8, 32), bursts of 10 calls
-(CUDA events), 5 rounds alternating before / after, medians, each x the same round's
-bare bf16 GEMM. Precision: fp32 and bf16 operands, N = 1024, H = 4096, V = 151936, the
+per-token temperatures at 8192 tokens too; the top-k at k = 1, 8, 32), the project's
+protocol (tools.bench.timing.interleaved: bursts of ~300 ms, 5 rounds, the order rotated
+each round, the GPU heated first), medians of each round's ratio to the bare bf16 GEMM and
+of after / before. Precision: fp32 and bf16 operands, N = 1024, H = 4096, V = 151936, the
 log-prob at each row's argmax and the entropy, before and after, against the torch path.
 """
 import json
@@ -23,19 +24,10 @@ import torch
 import ops_before
 from megatron_overlay import ops as ops_after
 from tools.bench.inputs import distill_inputs
+from tools.bench.timing import interleaved
 
 SHAPES = [(8192, 4096, 151936), (16384, 3584, 152064), (32768, 4096, 151936)]
-ROUNDS, BURST = 5, 10
-
-
-def burst_ms(fn):
-    start, end = torch.cuda.Event(True), torch.cuda.Event(True)
-    start.record()
-    for _ in range(BURST):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / BURST
+ROUNDS, BURST_MS = 5, 300.0
 
 
 def methods(ops, h, w, labels, n):
@@ -49,29 +41,27 @@ def methods(ops, h, w, labels, n):
     return out
 
 
+def paired(a, b):
+    """The median over rounds of a round's ratio a / b (tools.bench.timing's protocol)."""
+    return round(statistics.median(x / y for x, y in zip(a.ms, b.ms)), 4)
+
+
 def timing():
     res = []
     for n, hd, v in SHAPES:
         h, w, ids = distill_inputs(n, hd, v, 1, 0)
         labels = ids[:, 0].contiguous()
-        gemm = lambda: torch.matmul(h, w.T)  # noqa: E731
         with torch.no_grad():
             a, b = methods(ops_before, h, w, labels, n), methods(ops_after, h, w, labels, n)
             for name in a:
-                a[name](), b[name]()  # compile, warm
-                ra, rb, rg = [], [], []
-                for _ in range(ROUNDS):
-                    rg.append(burst_ms(gemm))
-                    ra.append(burst_ms(a[name]))
-                    rb.append(burst_ms(b[name]))
-                g = statistics.median(rg)
-                row = {"n": n, "h": hd, "v": v, "op": name, "gemm_ms": round(g, 4),
-                       "before_ms": round(statistics.median(ra), 4),
-                       "after_ms": round(statistics.median(rb), 4),
-                       "before_x": round(statistics.median(ra) / g, 4),
-                       "after_x": round(statistics.median(rb) / g, 4),
-                       "after_over_before": round(statistics.median(rb)
-                                                  / statistics.median(ra), 4)}
+                fns = {"gemm": lambda: torch.matmul(h, w.T), "before": a[name],
+                       "after": b[name]}
+                t = interleaved(fns, [()], ROUNDS, burst_ms=BURST_MS, heat_s=1.0)
+                row = {"n": n, "h": hd, "v": v, "op": name,
+                       **{f"{k}_ms": round(t[k].median_ms, 4) for k in fns},
+                       "before_x": paired(t["before"], t["gemm"]),
+                       "after_x": paired(t["after"], t["gemm"]),
+                       "after_over_before": paired(t["after"], t["before"])}
                 print(json.dumps(row), flush=True)
                 res.append(row)
         del h, w, ids, labels
