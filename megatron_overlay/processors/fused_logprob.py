@@ -21,7 +21,7 @@ import torch
 from ..ops import forward_only
 from ..ops.linear_logprob import LinearLogprobEntropy
 from ..ops.params import DEFAULT_IGNORE_INDEX, LogprobParams
-from ..ops.temperature import rows_from_batch_seq
+from ..ops.temperature import rows_from_batch_seq, validate_temperature
 from ..ops.validation import validate_inputs
 from .context import read_context
 
@@ -87,6 +87,22 @@ def _logit_scale(scale_logits) -> float:
     return factor
 
 
+def _fold_logit_scale(temperature, factor: float):
+    """T / factor: MuP's output multiplier folded into the temperature. The caller's value
+    is checked first, so that an error names it rather than the folded one; a float that
+    folds out of the ops' range gets an error that says so."""
+    validate_temperature(temperature)
+    folded = temperature / factor
+    if not isinstance(folded, torch.Tensor):
+        try:
+            validate_temperature(folded)
+        except ValueError as err:
+            raise ValueError(f"temperature {temperature!r} divided by the model's MuP output "
+                             f"scale {factor:g} is {folded!r}, outside the fused ops' "
+                             f"range: {err}") from None
+    return folded
+
+
 class FlatInputs(NamedTuple):
     """The hook's inputs as the ops take them: s-major token rows, this rank's vocab shard."""
 
@@ -136,7 +152,7 @@ def flatten_inputs(hidden_states, output_layer, output_weight, scale_logits,
     temperature = rows_from_batch_seq(temperature, batch, seq)
     factor = _logit_scale(scale_logits)
     if factor != 1.0:
-        temperature = temperature / factor
+        temperature = _fold_logit_scale(temperature, factor)
     flat_hidden = hidden_states.reshape(seq * batch, hidden_states.shape[-1])  # s-major view
     return FlatInputs(flat_hidden, weight, group if tp > 1 else None, weight.shape[0] * tp,
                       seq, batch, temperature)

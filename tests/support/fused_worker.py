@@ -176,14 +176,21 @@ def collect_errors(cfg: model_builder.ModelConfig) -> dict:
         "bad_logits_dtype": dict(labels=labels, ctx={"logits_dtype": "int8"}),
     }
     errors = {}
-    for name, case in cases.items():
-        try:
-            model(input_ids, position_ids, mask, labels=case["labels"],
-                  output_processor=case.get("processor", "fused_logprob"),
-                  output_processor_context=case["ctx"])
-            errors[name] = ("no error", "")
-        except (ValueError, TypeError) as err:
-            errors[name] = (type(err).__name__, str(err))
+    runs = [(model, cases)]
+    if gpt_cpu._has_mup():  # MuP's output scale is folded into T: errors name the caller's
+        mup_cfg = model_builder.ModelConfig(tp=cfg.tp, sp=cfg.sp, tied=False, mup=True)
+        runs.append((model_builder.build_model(mup_cfg), {
+            "mup_negative_temperature": dict(labels=labels, ctx={"temperature": -0.5}),
+            "mup_folds_out_of_range": dict(labels=labels, ctx={"temperature": 2.0 ** 66})}))
+    for run_model, run_cases in runs:
+        for name, case in run_cases.items():
+            try:
+                run_model(input_ids, position_ids, mask, labels=case["labels"],
+                          output_processor=case.get("processor", "fused_logprob"),
+                          output_processor_context=case["ctx"])
+                errors[name] = ("no error", "")
+            except (ValueError, TypeError) as err:
+                errors[name] = (type(err).__name__, str(err))
     return errors
 
 
