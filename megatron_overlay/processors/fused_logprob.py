@@ -21,7 +21,8 @@ import torch
 from ..ops import forward_only
 from ..ops.linear_logprob import LinearLogprobEntropy
 from ..ops.params import DEFAULT_IGNORE_INDEX, LogprobParams
-from ..ops.temperature import rows_from_batch_seq, validate_temperature
+from ..ops.temperature import (check_temperature_values, rows_from_batch_seq,
+                               validate_temperature)
 from ..ops.validation import validate_inputs
 from .context import read_context
 
@@ -89,17 +90,20 @@ def _logit_scale(scale_logits) -> float:
 
 def _fold_logit_scale(temperature, factor: float):
     """T / factor: MuP's output multiplier folded into the temperature. The caller's value
-    is checked first, so that an error names it rather than the folded one; a float that
-    folds out of the ops' range gets an error that says so."""
-    validate_temperature(temperature)
+    has been checked as given (LogprobParams); one that folds out of the ops' range gets an
+    error that says so: a float, or a CPU tensor (on CUDA its rows come out NaN, as for any
+    bad entry: ops/temperature.py)."""
     folded = temperature / factor
-    if not isinstance(folded, torch.Tensor):
-        try:
+    try:
+        if not isinstance(folded, torch.Tensor):
             validate_temperature(folded)
-        except ValueError as err:
-            raise ValueError(f"temperature {temperature!r} divided by the model's MuP output "
-                             f"scale {factor:g} is {folded!r}, outside the fused ops' "
-                             f"range: {err}") from None
+        elif folded.device.type == "cpu":
+            check_temperature_values(folded)
+    except ValueError as err:
+        what = f"temperature {temperature!r}" if not isinstance(temperature, torch.Tensor) \
+            else "the temperature tensor"
+        raise ValueError(f"{what} divided by the model's MuP output scale {factor:g} "
+                         f"leaves the fused ops' range: {err}") from None
     return folded
 
 

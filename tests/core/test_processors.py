@@ -108,11 +108,13 @@ ERRORS = {
 
 # On a MuP model (0.17+; logits x 1/4 there), whose scale the processors fold into T
 MUP_ERRORS = {
-    "mup_negative_temperature": ("ValueError", "temperature must be finite and > 0, got -0.5;"),
     "mup_folds_out_of_range": ("ValueError", "temperature 7.378697629483821e+19 divided by the "
-                                             "model's MuP output scale 0.25 is "
-                                             "2.9514790517935283e+20, outside the fused ops' "
-                                             "range: temperature must be <= 2^66"),
+                                             "model's MuP output scale 0.25 leaves the fused "
+                                             "ops' range: temperature must be <= 2^66"),
+    "mup_tensor_folds_out_of_range": ("ValueError", "the temperature tensor divided by the "
+                                                    "model's MuP output scale 0.25 leaves the "
+                                                    "fused ops' range: temperature must be at "
+                                                    "most 2^66"),
 }
 
 

@@ -180,8 +180,9 @@ def collect_errors(cfg: model_builder.ModelConfig) -> dict:
     if gpt_cpu._has_mup():  # MuP's output scale is folded into T: errors name the caller's
         mup_cfg = model_builder.ModelConfig(tp=cfg.tp, sp=cfg.sp, tied=False, mup=True)
         runs.append((model_builder.build_model(mup_cfg), {
-            "mup_negative_temperature": dict(labels=labels, ctx={"temperature": -0.5}),
-            "mup_folds_out_of_range": dict(labels=labels, ctx={"temperature": 2.0 ** 66})}))
+            "mup_folds_out_of_range": dict(labels=labels, ctx={"temperature": 2.0 ** 66}),
+            "mup_tensor_folds_out_of_range": dict(labels=labels, ctx={
+                "temperature": torch.full((cfg.batch,), 2.0 ** 66)})}))
     for run_model, run_cases in runs:
         for name, case in run_cases.items():
             try:

@@ -5,8 +5,9 @@
 One program owns one *work item*: a tile of BLOCK_M tokens and a contiguous range of
 vocab tiles (a "split"). For each vocab tile it runs the K loop of the GEMM on the tensor
 cores (fp32 accumulator), then folds the tile into four per-token running values kept in
-registers: max z, sum exp(z - max), sum exp(z - max) (z - max) (entropy only), z[label]. The
-logits tile never leaves registers. Each item writes its four values for its tokens to
+registers: the largest raw logit a, and with max z = a inv_t, sum exp(z - max), sum
+exp(z - max) (z - max) (entropy only), z[label] (_online_stats.py). The logits tile never
+leaves registers. Each item writes (max z, the two sums, z[label]) for its tokens to
 ``part[split]``; the host merges the splits (an O(splits x N) reduction).
 
 Splitting the vocab is what makes the grid fill the GPU (tokens alone give N / BLOCK_M
