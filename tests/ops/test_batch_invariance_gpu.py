@@ -134,6 +134,26 @@ def test_topk_is_invariant_across_the_second_maxima_threshold(k, dtype, weight_d
     _check_topk(hidden, weight, labels, k, logits_dtype=logits_dtype)
 
 
+@pytest.mark.parametrize("dtype,weight_dtype,logits_dtype", [
+    (torch.bfloat16, torch.bfloat16, None), (torch.float32, torch.float32, None),
+    (torch.bfloat16, torch.float32, None)], ids=["bf16", "fp32", "fp32 weight"])
+@pytest.mark.parametrize("k", [8, 32])
+def test_topk_is_invariant_across_the_exact_second_maxima_threshold(k, dtype, weight_dtype,
+                                                                    logits_dtype, monkeypatch):
+    """Launches of up to EXACT_SECOND_MAX_TOKENS rows store the tiles' second maxima
+    exactly (pack_third: tiles of two known logits >= thr are not recomputed), larger ones
+    rounded up (k = 32) or not at all (k = 8, past SECOND_MAX_SMALL_TOKENS): with both
+    thresholds at 1000 rows, the slices of up to 129 rows take the first path and the
+    2000- and 3000-row calls the others; a row's outputs are the same bits."""
+    monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_TOKENS", 1000)
+    monkeypatch.setattr(topk_forward, "SECOND_MAX_SMALL_TOKENS", 1000)
+    hidden, weight, labels = _inputs(dtype=dtype, weight_dtype=weight_dtype)
+    num_v = -(-V // 256)
+    assert topk_forward._second_max(num_v, k, 129) == 2
+    assert topk_forward._second_max(num_v, k, 2000) == (1 if k == 32 else 0)
+    _check_topk(hidden, weight, labels, k, logits_dtype=logits_dtype)
+
+
 def test_topk_row_blocked_launches_keep_the_bits(monkeypatch):
     """N past the top-k's partial budget runs in row blocks: same bits."""
     hidden, weight, labels = _inputs()

@@ -92,26 +92,34 @@ def test_splits_without_invariance_fit_the_budget(vocab, num_sms, monkeypatch):
 
 def test_second_maxima_from_k_8_in_small_calls(monkeypatch):
     """SECOND_MAX_SMALL_MIN_K up to SECOND_MAX_SMALL_TOKENS rows a call, SECOND_MAX_MIN_K
-    past them; never past MERGE_TOPK_MAX_CANDIDATES tiles; decided once a call, so every
-    row block of a call takes the same path and its partial bytes."""
+    past them; exact (pack_third, 2) up to EXACT_SECOND_MAX_TOKENS rows, else rounded up
+    (pack_second, 1); never past MERGE_TOPK_MAX_CANDIDATES tiles; decided once a call, so
+    every row block of a call takes the same path and its partial bytes."""
     num_v = 594
     small, large = topk_forward.SECOND_MAX_SMALL_TOKENS, topk_forward.SECOND_MAX_SMALL_TOKENS + 1
-    for k, at_small, at_large in ((1, False, False), (7, False, False), (8, True, False),
-                                  (31, True, False), (32, True, True), (256, True, True)):
-        assert topk_forward._second_max(num_v, k, small) is at_small, k
-        assert topk_forward._second_max(num_v, k, large) is at_large, k
-        assert topk_forward._second_max(8193, k, 256) is False
-    # a budget of 2100 rows with the second maxima at k = 8: a 4096-row call in two blocks
-    # of 2048, both with them; 4097 rows in two blocks (3456 and 641), both without
-    per_row = sum(topk_forward._partial_bytes(num_v, 8, 9, True))
-    monkeypatch.setattr(topk_forward, "TOPK_PARTIAL_BUDGET_BYTES", 2100 * per_row)
-    for n, second in ((4096, True), (4097, False)):
+    assert topk_forward.EXACT_SECOND_MAX_TOKENS == small
+    for k, at_small, at_large in ((1, 0, 0), (7, 0, 0), (8, 2, 0), (31, 2, 0), (32, 2, 1),
+                                  (256, 2, 1)):
+        assert topk_forward._second_max(num_v, k, small) == at_small, k
+        assert topk_forward._second_max(num_v, k, large) == at_large, k
+        assert topk_forward._second_max(8193, k, 256) == 0
+    monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_TOKENS", 1000)
+    assert [topk_forward._second_max(num_v, k, n) for k in (8, 32) for n in (1000, 1001)] \
+        == [2, 1, 2, 1]
+    monkeypatch.undo()
+    # a budget of 2100 rows of the path's partial bytes at k = 8: a 4096-row call in two
+    # blocks of 2048, both with exact second maxima; 4097 rows in three, all without
+    for n, second in ((4096, 2), (4097, 0)):
+        per_row = sum(topk_forward._partial_bytes(num_v, 8, 9, second))
+        monkeypatch.setattr(topk_forward, "TOPK_PARTIAL_BUDGET_BYTES", 2100 * per_row)
         launches = _launches(151936, 132, 8, n, True, monkeypatch)
-        assert len(launches) == 2 and {s for *_, s in launches} == {second}, (n, launches)
+        assert [rows for rows, *_ in launches] == [2048, 2048, 1][:len(launches)]
+        assert len(launches) == -(-n // 2048) and {s for *_, s in launches} == {second}
         assert all(partial <= topk_forward.TOPK_PARTIAL_BUDGET_BYTES
                    for _, _, _, partial, _ in launches)
-    assert topk_forward._partial_bytes(594, 32, 9, True)[0] == 16 * 66 + 8 * 594
-    assert topk_forward._partial_bytes(594, 8, 9, False)[0] == 16 * 66 + 4 * 594
+    assert topk_forward._partial_bytes(594, 32, 9, 2)[0] == 16 * 66 + 12 * 594
+    assert topk_forward._partial_bytes(594, 32, 9, 1)[0] == 16 * 66 + 8 * 594
+    assert topk_forward._partial_bytes(594, 8, 9, 0)[0] == 16 * 66 + 4 * 594
 
 
 def test_the_chunk_does_not_depend_on_the_tokens():

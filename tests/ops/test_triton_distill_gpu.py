@@ -73,20 +73,24 @@ def test_topk_ranks_z_not_the_raw_logits(dtype, k):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("k", [8, 33])
 def test_second_maxima_change_no_bit(dtype, k, monkeypatch):
-    """The top-k's two paths (topk_forward.SECOND_MAX_MIN_K and SECOND_MAX_SMALL_MIN_K,
-    both set: second maxima from k = 2 or never): a chosen tile's maximum taken
-    from the forward kernel, or recomputed by the rescan, is the same logit to the bit; so
-    are the ids (and the statistics, which the second maxima do not touch)."""
+    """The top-k's three paths (topk_forward.SECOND_MAX_MIN_K and SECOND_MAX_SMALL_MIN_K,
+    both set: second maxima from k = 2 or never; EXACT_SECOND_MAX_TOKENS: exact second
+    maxima or rounded up): a chosen tile's maximum (and second) taken from the forward
+    kernel, or recomputed by the rescan, is the same logit to the bit; so are the ids (and
+    the statistics, which the second maxima do not touch)."""
     from megatron_overlay.ops.kernels import topk_forward
     hidden, weight, labels, inv_t = _inputs(1029, 512, 20000, dtype, seed=3)
     weight[700:760] = weight[300:360]  # tied tiles' maxima, and a tile of two logits >= thr
     outs = {}
-    for second_from in (2, 10 ** 9):
+    for second_from, exact_rows in ((2, 10 ** 9), (2, 0), (10 ** 9, 0)):
         monkeypatch.setattr(topk_forward, "SECOND_MAX_MIN_K", second_from)
         monkeypatch.setattr(topk_forward, "SECOND_MAX_SMALL_MIN_K", second_from)
-        outs[second_from] = triton_topk.topk_stats(hidden, weight, labels, inv_t, True, k)
-    for a, b in zip(outs[2], outs[10 ** 9]):
-        assert torch.equal(a, b)
+        monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_TOKENS", exact_rows)
+        outs[second_from, exact_rows] = triton_topk.topk_stats(hidden, weight, labels, inv_t,
+                                                               True, k)
+    for path in ((2, 10 ** 9), (2, 0)):
+        for a, b in zip(outs[path], outs[10 ** 9, 0]):
+            assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

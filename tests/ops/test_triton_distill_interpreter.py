@@ -53,17 +53,23 @@ def _worker() -> int:
 
     assert triton_impl.interpreting()
     report = {}
-    # the top-k's two paths: tiles' second maxima from k = 2, and never
-    second_max_paths = (2, 10 ** 9)
+    # the top-k's three paths: tiles' second maxima from k = 2, exact with the third
+    # maxima (topk_forward.pack_third) or rounded up (pack_second), and never
+    exact, rounded, never = (2, 10 ** 9), (2, 0), (10 ** 9, 0)
+    second_max_paths = (exact, rounded, never)
 
     @contextlib.contextmanager
-    def second_max_from(k):  # at every N (small launches have their own k)
-        default = topk_forward.SECOND_MAX_MIN_K, topk_forward.SECOND_MAX_SMALL_MIN_K
+    def second_max_from(path):  # at every N (small launches have their own k)
+        k, exact_rows = path
+        default = (topk_forward.SECOND_MAX_MIN_K, topk_forward.SECOND_MAX_SMALL_MIN_K,
+                   topk_forward.EXACT_SECOND_MAX_TOKENS)
         topk_forward.SECOND_MAX_MIN_K = topk_forward.SECOND_MAX_SMALL_MIN_K = k
+        topk_forward.EXACT_SECOND_MAX_TOKENS = exact_rows
         try:
             yield
         finally:
-            topk_forward.SECOND_MAX_MIN_K, topk_forward.SECOND_MAX_SMALL_MIN_K = default
+            (topk_forward.SECOND_MAX_MIN_K, topk_forward.SECOND_MAX_SMALL_MIN_K,
+             topk_forward.EXACT_SECOND_MAX_TOKENS) = default
 
     def rel(a, b):
         return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
@@ -384,6 +390,21 @@ def _worker() -> int:
                     ref_c = torch.where(ref_i == PAD_ID, PAD_ID, ref_c)
                     same_v &= torch.equal(got_v, ref_v)
                     same_i &= torch.equal(got_c, ref_c)
+                    # pack_third's layout: the exact second maxima beside, the third rounded
+                    # up (halves again) and both columns packed; a known tile's code carries
+                    # the second's column and bits (merge_topk.CODE_ID_BITS)
+                    third = second - (torch.randint(0, 3, (num_t, n), generator=g) / 2)
+                    at2 = torch.randint(0, 32, (num_t, n), generator=g, dtype=torch.int32)
+                    packed = (third.view(torch.int32) & -65536) | (at2 << 8) | at
+                    got_v, got_c = best_tiles(maxima, k, packed, 32, second)
+                    known = (third[tile, rows] < ref_v[:, -1]).t()
+                    bits = (second.view(torch.int32) ^ -8388608).long() & 0xFFFFFFFF
+                    fields = (bits << 31) | (at2.long() << 23)
+                    ref_c = torch.where(known, num_t + 1 + ref_i * 32 + at[tile, rows].t()
+                                        + fields[tile, rows].t(), ref_i)
+                    ref_c = torch.where(ref_i == PAD_ID, PAD_ID, ref_c)
+                    same_v &= torch.equal(got_v, ref_v)
+                    same_i &= torch.equal(got_c, ref_c)
                 report[case] = {"stats_err": 0.0, "dtype": "float32",
                                 "values_err": 0.0 if same_v else 1.0, "ids_equal": same_i}
             elif kind == "mergeruns":  # the rescan's k ordered runs a row: merge_topk's bits
@@ -438,12 +459,18 @@ def _worker() -> int:
                     second = maxima - (torch.randint(0, 3, (num_t, n), generator=g) / 2)
                     at = torch.randint(0, 32, (num_t, n), generator=g, dtype=torch.int32)
                     packed = (second.view(torch.int32) & -65536) | at
-                    for tile_second in (None, packed):
+                    third = second - (torch.randint(0, 3, (num_t, n), generator=g) / 2)
+                    at2 = torch.randint(0, 32, (num_t, n), generator=g, dtype=torch.int32)
+                    packed3 = (third.view(torch.int32) & -65536) | (at2 << 8) | at
+                    for tile_second, exact_second in ((None, None), (packed, None),
+                                                      (packed3, second)):
                         try:
                             mt.SELECT_MIN_K = 10 ** 9
-                            ref_v, ref_i = mt.best_tiles(maxima, k, tile_second, 32)
+                            ref_v, ref_i = mt.best_tiles(maxima, k, tile_second, 32,
+                                                         exact_second)
                             mt.SELECT_MIN_K = 1
-                            got_v, got_i = mt.best_tiles(maxima, k, tile_second, 32)
+                            got_v, got_i = mt.best_tiles(maxima, k, tile_second, 32,
+                                                         exact_second)
                         finally:
                             mt.SELECT_MIN_K = default
                         same_v &= torch.equal(got_v.isnan(), ref_v.isnan()) and \
@@ -451,66 +478,94 @@ def _worker() -> int:
                         same_i &= torch.equal(got_i, ref_i)
                 report[case] = {"stats_err": 0.0, "dtype": "float32",
                                 "values_err": 0.0 if same_v else 1.0, "ids_equal": same_i}
-            elif kind == "secondmax":  # a tile's second maximum rounded up, never down
+            elif kind == "secondmax":  # a tile's second (third) maximum rounded up, never down
                 # logits (hidden rows one-hot) a bfloat16 step apart near thr = +-(1 + 2^-9):
                 # row 0's tile 0 holds 3 and 1 + 2^-9 + 2^-12 > thr, tile 1 thr itself; row
                 # 1 the same below zero. Rounded down to bfloat16, the second maximum would
                 # read below thr and tile 0 would not be recomputed: its second logit lost.
-                # Rows 2-3: the second maximum truly below thr (no rescan needed).
+                # Rows 2-3: the second maximum truly below thr (no rescan needed). Rows 6-7
+                # (k = 3; tiles 1 and 2 hold thr): tile 0 holds 3, 2 and its third, thr +-
+                # 2^-12 above thr, which pack_third's bound rounded down would lose.
                 t_pos, eps = 1 + 2 ** -9, 2 ** -12
                 weight = torch.full((130, 16), 0.0)
-                weight[:, :4] = -5.0
+                weight[:, :6] = -5.0
                 for c, (near, thr) in enumerate(((t_pos + eps, t_pos), (-t_pos + eps, -t_pos),
                                                  (t_pos - eps, t_pos), (-t_pos - eps, -t_pos))):
                     weight[5, c], weight[9, c], weight[40, c] = 3.0, near, thr
-                hidden = torch.eye(16)[[0, 1, 2, 3, 0, 1]]
+                for c, thr in ((4, t_pos), (5, -t_pos)):
+                    weight[5, c], weight[9, c], weight[12, c] = 3.0, 2.0, thr + eps
+                    weight[40, c] = weight[70, c] = thr
+                hidden = torch.eye(16)[[0, 1, 2, 3, 0, 1, 4, 5]]
                 res = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
                        "dtype": "float32"}
-                for k in (2, 3):
+                for k, path in itertools.product((2, 3), (exact, rounded)):
                     ref = torch_topk.topk_stats(hidden, weight, None, 1 / 0.7, True, k)
-                    with second_max_from(2):
+                    with second_max_from(path):
                         got = triton_topk.topk_stats(hidden, weight, None, 1 / 0.7, True, k)
                     res["values_err"] = max(res["values_err"],
                                             (got[1] - ref[1]).abs().max().item())
                     res["ids_equal"] &= torch.equal(got[2], ref[2])
                     res["ids_equal"] &= torch.equal(got[2][:2, :2], torch.tensor([[5, 9]] * 2))
-                # the packed second maxima themselves (pack_second) on dyadic logits with
-                # ties inside a tile (the maximum twice: it is the second too; equal
-                # columns past it), per-row temperatures: each the exact second largest z
-                # of its (row, tile) rounded up to bfloat16, and the leftmost argmax column
+                    if k == 3:
+                        res["ids_equal"] &= torch.equal(got[2][6:], torch.tensor([[5, 9, 12]] * 2))
+                # the packed maxima themselves (pack_second, pack_third) on dyadic logits
+                # with ties inside a tile (the maximum twice: it is the second too; equal
+                # columns past it), per-row temperatures: the exact second largest z of
+                # each (row, tile) rounded up to bfloat16 (pack_third: exact, and the third
+                # rounded up), the leftmost argmax column (and the second's: the leftmost
+                # of the rest)
                 hidden, weight, _, inv_t = inputs(21, 16, 200, torch.float32, seed=8)
                 hidden = (hidden * 4).round() / 4
                 weight = (weight * 8).round() / 8
                 weight[7], weight[20], weight[70] = weight[3], weight[3], weight[65]
+                weight[71] = weight[65]
                 seen = {}
 
-                def spy(tile_max, k, tile_second=None, block_v=0):
-                    seen.update(maxima=tile_max.clone(), second=tile_second.clone(),
-                                block_v=block_v)
-                    return best_tiles_kernel(tile_max, k, tile_second, block_v)
+                def spy(tile_max, k, tile_second=None, block_v=0, second_exact=None):
+                    seen.update(maxima=tile_max.clone(), packed=tile_second.clone(),
+                                block_v=block_v, exact=second_exact)
+                    return best_tiles_kernel(tile_max, k, tile_second, block_v, second_exact)
+
+                def leftmost(z):  # (the maximum, its leftmost column) of the last dim
+                    top = z.max(dim=-1, keepdim=True).values
+                    return top[..., 0], (z == top).int().argmax(dim=-1)
+
+                def up(value):
+                    bits = value.contiguous().view(torch.int32)
+                    return torch.where(bits >= 0, bits + 0xFFFF, bits) & -65536
 
                 best_tiles_kernel = topk_forward.best_tiles
-                topk_forward.best_tiles = spy
-                try:
-                    with second_max_from(2):
-                        triton_topk.topk_stats(hidden, weight, None, inv_t, True, 3)
-                finally:
-                    topk_forward.best_tiles = best_tiles_kernel
-                bv = seen["block_v"]
-                logits = hidden @ weight.t()
-                tiles = -(-logits.shape[1] // bv)
-                z = torch.full((logits.shape[0], tiles * bv), float("-inf"))
-                z[:, :logits.shape[1]] = logits
-                z = z.view(-1, tiles, bv) * inv_t[:, None, None]
-                top2, at = z.topk(2, dim=2)
-                first = (z == top2[..., :1]).int().argmax(dim=2)  # the leftmost maximum
-                bits = top2[..., 1].contiguous().view(torch.int32)
-                up = torch.where(bits >= 0, bits + 0xFFFF, bits) & -65536
-                packed = seen["second"].t()
-                res["ids_equal"] &= torch.equal(packed & 0xFFFF, first.int())
-                res["ids_equal"] &= torch.equal(packed & -65536, up)
-                res["values_err"] = max(res["values_err"], (seen["maxima"].t()
-                                                            - top2[..., 0]).abs().max().item())
+                for path in (exact, rounded):
+                    topk_forward.best_tiles = spy
+                    try:
+                        with second_max_from(path):
+                            triton_topk.topk_stats(hidden, weight, None, inv_t, True, 3)
+                    finally:
+                        topk_forward.best_tiles = best_tiles_kernel
+                    bv = seen["block_v"]
+                    logits = hidden @ weight.t()
+                    tiles = -(-logits.shape[1] // bv)
+                    z = torch.full((logits.shape[0], tiles * bv), float("-inf"))
+                    z[:, :logits.shape[1]] = logits
+                    z = z.view(-1, tiles, bv) * inv_t[:, None, None]
+                    top1, first = leftmost(z)
+                    cols = torch.arange(bv)
+                    rest = torch.where(cols == first[..., None], float("-inf"), z)
+                    top2, second = leftmost(rest)
+                    packed = seen["packed"].t()
+                    if path == exact:
+                        top3 = torch.where(cols == second[..., None], float("-inf"), rest).amax(-1)
+                        res["ids_equal"] &= torch.equal(packed & 0xFF, first.int())
+                        res["ids_equal"] &= torch.equal((packed >> 8) & 0xFF, second.int())
+                        res["ids_equal"] &= torch.equal(packed & -65536, up(top3))
+                        res["values_err"] = max(res["values_err"], (seen["exact"].t()
+                                                                    - top2).abs().max().item())
+                    else:
+                        res["ids_equal"] &= seen["exact"] is None
+                        res["ids_equal"] &= torch.equal(packed & 0xFFFF, first.int())
+                        res["ids_equal"] &= torch.equal(packed & -65536, up(top2))
+                    res["values_err"] = max(res["values_err"], (seen["maxima"].t()
+                                                                - top1).abs().max().item())
                 report[case] = res
             elif kind == "invariant":  # batch invariance of the top-k kernel
                 hidden, weight, labels, _ = inputs(70, 16, 200, dtype, seed=12)

@@ -75,14 +75,15 @@ def _decode(keys, nan_row):
 
 
 @triton.jit
-def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, W, K, num_splits,
-                      stride_s, stride_r, stride_w, block_v, BLOCK_R: tl.constexpr,
+def merge_topk_kernel(part_v_ptr, part_i_ptr, second_ptr, out_v_ptr, out_i_ptr, N, V, W, K,
+                      num_splits, stride_s, stride_r, stride_w, block_v, BLOCK_R: tl.constexpr,
                       WIDTH: tl.constexpr, PAD: tl.constexpr, SLOT_IDS: tl.constexpr,
                       CODES: tl.constexpr, KP: tl.constexpr):
     """Candidate (split, row, slot) at split stride_s + row stride_r + slot stride_w;
     ``SLOT_IDS``: a candidate's id is its slot (``part_i_ptr`` unused). ``CODES``
     (best_tiles with the tiles' second maxima, ``part_i_ptr`` [tiles, N] int32 packed as
-    topk_forward.pack_second): the ids written are rescan codes, ``best_tiles`` says."""
+    topk_forward.pack_second (1) or pack_third (2, with ``second_ptr`` [tiles, N] fp32)):
+    the ids written are rescan codes, ``best_tiles`` says."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     w = tl.arange(0, WIDTH)
     split, slot = w // W, w % W
@@ -113,30 +114,57 @@ def merge_topk_kernel(part_v_ptr, part_i_ptr, out_v_ptr, out_i_ptr, N, V, W, K, 
             tl.store(out_i_ptr + out + i, tl.where(key_id < V, key_id, PAD), mask=rows < N)
         keys = tl.where(keys == best[:, None], NONE_KEY, keys)
     if CODES:
-        _store_codes(part_i_ptr, out_i_ptr, chosen, thr, rows, out, N, V, K, stride_r,
-                     stride_w, block_v, KP, PAD)
+        _store_codes(part_i_ptr, second_ptr, out_i_ptr, chosen, thr, rows, out, N, V, K,
+                     stride_r, stride_w, block_v, KP, PAD, CODES)
+
+
+# A known tile's code (best_tiles, read by topk_rescan.py): num_t + 1 + the maximum's id
+# (bits 0-22) + the second's column in the tile (bits 23-30) + the second maximum's fp32
+# bits xor -inf's (bits 31-62): 0 there is "no second known" (-inf, below every thr), so
+# that pack_second's codes are num_t + 1 + the id. Ids stay below 2^21 (at most
+# MERGE_TOPK_MAX_CANDIDATES tiles of 256 columns), so the addition carries into no field,
+# and a code stays below PAD_ID (2^63 - 1).
+CODE_ID_BITS = tl.constexpr(23)
+CODE_ID_MASK = tl.constexpr((1 << 23) - 1)
+CODE_AT_MASK = tl.constexpr(0xFF)  # the second's column, from bit CODE_ID_BITS
+CODE_SECOND_SHIFT = tl.constexpr(31)
+NO_SECOND_BITS = tl.constexpr(-8388608)  # 0xFF800000, -inf's bits as an int32
 
 
 @triton.jit
-def _store_codes(second_ptr, out_i_ptr, chosen, thr, rows, out, N, num_t, K, stride_r,
-                 stride_t, block_v, KP: tl.constexpr, PAD: tl.constexpr):
+def _store_codes(packed_ptr, second_ptr, out_i_ptr, chosen, thr, rows, out, N, num_t, K,
+                 stride_r, stride_t, block_v, KP: tl.constexpr, PAD: tl.constexpr,
+                 CODES: tl.constexpr):
     """best_tiles' rescan codes of the rows' ``chosen`` tiles [BLOCK_R, KP] (>= num_t:
-    none): a tile whose second maximum lies below ``thr`` (the row's k-th largest maximum)
-    holds one logit >= thr, its maximum, whose id is then known: num_t + 1 + that id;
-    any other tile: its index."""
+    none), ``thr`` the row's k-th largest maximum. CODES 1 (pack_second): a tile whose
+    second maximum lies below thr holds one logit >= thr, its maximum, whose id is then
+    known; 2 (pack_third, the exact second maxima at ``second_ptr``): a tile whose third
+    maximum lies below thr holds at most two, its maximum and its second, both known. A
+    known tile's code: num_t + 1 + the id, the second's column and bits (CODE_ID_BITS);
+    any other tile's: its index."""
     slots = tl.arange(0, KP)
     tile = chosen < num_t
     live = (rows < N)[:, None] & (slots < K)[None, :]
-    info = tl.load(second_ptr + chosen * stride_t + rows[:, None].to(tl.int64) * stride_r,
-                   mask=live & tile, other=0x7F800000)  # +inf: no verdict
-    second = (info & -65536).to(tl.float32, bitcast=True)
-    code = tl.where(second < thr[:, None], num_t + 1 + chosen * block_v + (info & 0xFFFF),
-                    chosen)
+    at = chosen * stride_t + rows[:, None].to(tl.int64) * stride_r
+    info = tl.load(packed_ptr + at, mask=live & tile, other=0x7F800000)  # +inf: no verdict
+    bound = (info & -65536).to(tl.float32, bitcast=True)
+    known = bound < thr[:, None]
+    if CODES == 2:
+        first = info & 0xFF
+        second = tl.load(second_ptr + at, mask=live & tile & known, other=float("-inf"))
+        field = (second.to(tl.int32, bitcast=True) ^ NO_SECOND_BITS).to(tl.int64) & 0xFFFFFFFF
+        extra = (field << CODE_SECOND_SHIFT) \
+            | (((info >> 8) & 0xFF).to(tl.int64) << CODE_ID_BITS)
+    else:
+        first = info & 0xFFFF
+        extra = tl.zeros_like(chosen)
+    code = tl.where(known, num_t + 1 + chosen * block_v + first + extra, chosen)
     tl.store(out_i_ptr + out[:, None] + slots[None, :], tl.where(tile, code, PAD), mask=live)
 
 
 @triton.jit
-def select_tiles_kernel(tile_max_ptr, second_ptr, out_v_ptr, out_i_ptr, N, num_t, K, block_v,
+def select_tiles_kernel(tile_max_ptr, packed_ptr, second_ptr, out_v_ptr, out_i_ptr, N, num_t,
+                        K, block_v,
                         BLOCK_R: tl.constexpr, WIDTH: tl.constexpr, KP: tl.constexpr,
                         PAD: tl.constexpr, CODES: tl.constexpr):
     """best_tiles by selection (``tile_max`` [num_t, N], WIDTH >= num_t, K): the k-th
@@ -182,26 +210,28 @@ def select_tiles_kernel(tile_max_ptr, second_ptr, out_v_ptr, out_i_ptr, N, num_t
     tl.store(out_v_ptr + out[:, None] + slots[None, :], value, mask=live)
     if CODES:
         kth = tl.sum(tl.where(slots[None, :] == K - 1, value, 0.0), axis=1)
-        _store_codes(second_ptr, out_i_ptr, tile, kth, rows, out, N, num_t, K, 1, N, block_v,
-                     KP, PAD)
+        _store_codes(packed_ptr, second_ptr, out_i_ptr, tile, kth, rows, out, N, num_t, K, 1,
+                     N, block_v, KP, PAD, CODES)
     else:
         tl.store(out_i_ptr + out[:, None] + slots[None, :],
                  tl.where(tile < num_t, tile, PAD), mask=live)
 
 
 def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides, out,
-                  elements, codes=False, block_v=0):
-    """``codes``: ``part_i`` is best_tiles' packed second maxima, the ids written are codes
-    (CODES); else its ids, or None: the ids are the slots."""
+                  elements, codes=0, block_v=0, second=None):
+    """``codes`` (1, 2): ``part_i`` is best_tiles' packed second (third) maxima, with
+    ``second`` its exact second maxima for 2, the ids written are codes (CODES); else its
+    ids, or None: the ids are the slots."""
     values, ids = out if out is not None else (
         torch.empty(n_rows, k, dtype=torch.float32, device=part_v.device),
         torch.empty(n_rows, k, dtype=torch.int64, device=part_v.device))
     width = next_power_of_2(splits * width_split)
     block_r = max(1, min(64, elements // width))
     launch(merge_topk_kernel, (cdiv(n_rows, block_r),),
-        part_v, part_v if part_i is None else part_i, values, ids, n_rows, vocab,
+        part_v, part_v if part_i is None else part_i, part_v if second is None else second,
+        values, ids, n_rows, vocab,
         width_split, k, splits, *strides, block_v, BLOCK_R=block_r, WIDTH=width, PAD=PAD_ID,
-        SLOT_IDS=codes or part_i is None, CODES=codes, KP=next_power_of_2(k) if codes else 1,
+        SLOT_IDS=bool(codes) or part_i is None, CODES=codes, KP=next_power_of_2(k) if codes else 1,
         num_warps=4 if width <= 1024 else 8)
     return values, ids
 
@@ -218,7 +248,7 @@ def merge_topk(part_v: torch.Tensor, part_i: torch.Tensor, vocab: int, k: int | 
 
 
 def best_tiles(tile_max: torch.Tensor, k: int, tile_second: torch.Tensor | None = None,
-               block_v: int = 0):
+               block_v: int = 0, second_exact: torch.Tensor | None = None):
     """([N, k] fp32 maxima, int64 tile indices): each row's k tiles with the largest maxima
     of ``tile_max`` [tiles, N] (maxima of z, a tile's row contiguous), descending, ties to
     the lower tile; past the tile count (k > tiles): (-inf, PAD_ID).
@@ -228,7 +258,12 @@ def best_tiles(tile_max: torch.Tensor, k: int, tile_second: torch.Tensor | None 
     the ids are rescan codes instead: a chosen tile whose second maximum is below the row's
     k-th largest maximum thr holds one logit >= thr, its maximum, whose id is then known,
     and its code is tiles + 1 + that id; any other tile's code is its index, which
-    topk_rescan.py recomputes."""
+    topk_rescan.py recomputes. With ``second_exact`` [tiles, N] fp32 (the tiles' exact
+    second maxima of z), ``tile_second`` is packed as topk_forward.pack_third (the third
+    maxima rounded up, the two columns): a chosen tile whose third maximum is below thr
+    holds at most two logits >= thr, both known, and its code carries the second's column
+    and value too (CODE_ID_BITS)."""
+    codes = 0 if tile_second is None else 1 if second_exact is None else 2
     num_t, n_rows = tile_max.shape
     if k >= SELECT_MIN_K:
         values = torch.empty(n_rows, k, dtype=torch.float32, device=tile_max.device)
@@ -237,11 +272,12 @@ def best_tiles(tile_max: torch.Tensor, k: int, tile_second: torch.Tensor | None 
         rows = max(1, min(SELECT_ROWS, SELECT_ELEMENTS // width))
         warps = max(SELECT_WARPS, min(8, rows * width // 1024))
         launch(select_tiles_kernel, (cdiv(n_rows, rows),), tile_max,
-               tile_max if tile_second is None else tile_second, values, ids, n_rows, num_t, k,
-               block_v, BLOCK_R=rows, WIDTH=width, KP=next_power_of_2(k), PAD=PAD_ID,
-               CODES=tile_second is not None, num_warps=warps)
+               tile_max if tile_second is None else tile_second,
+               tile_max if second_exact is None else second_exact, values, ids, n_rows, num_t,
+               k, block_v, BLOCK_R=rows, WIDTH=width, KP=next_power_of_2(k), PAD=PAD_ID,
+               CODES=codes, num_warps=warps)
         return values, ids
     # up to 8 rows a program: a tile's 8 maxima are one 32-byte sector
     return _launch_merge(tile_max, tile_second, n_rows, num_t, num_t, 1, k, (0, 1, n_rows),
                          None, max(MERGE_TOPK_ELEMENTS, min(8 * next_power_of_2(num_t), 8192)),
-                         codes=tile_second is not None, block_v=block_v)
+                         codes=codes, block_v=block_v, second=second_exact)

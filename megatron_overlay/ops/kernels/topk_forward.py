@@ -23,7 +23,10 @@ tile)'s second largest z, rounded up to bfloat16, and its maximum's column
 (``pack_second``, [tiles, N] int32): a chosen tile whose second maximum lies below the
 row's k-th best tile maximum thr holds one z >= thr, its maximum, known without
 recomputing the tile, so the rescan's MMAs shrink to the other tiles (its time halved at
-k = 32 on the benchmark's logits: docs/BENCHMARKS.md, pass 6).
+k = 32 on the benchmark's logits: docs/BENCHMARKS.md, pass 6). Launches of up to
+EXACT_SECOND_MAX_TOKENS rows store the second maximum exactly with its column, and the
+third rounded up (``pack_third``): a chosen tile whose third maximum lies below thr holds
+at most two z >= thr, both known, so only tiles of three are recomputed.
 
 The statistics fold and are stored per chunk of ``chunk_tiles`` vocab tiles (a split is
 a whole number of chunks): under batch invariance the chunks are the log-prob forward's
@@ -74,14 +77,39 @@ def pack_second(acc, acc_max, at, rank):
     second = tl.max(tl.where(cols == at[:, None], float("-inf"), acc), axis=1) * rank
     second = tl.where((second != second) | (acc_max != acc_max), float("inf"), second)
     bits = second.to(tl.int32, bitcast=True)
-    bits = tl.where(bits >= 0, bits + 0xFFFF, bits) & -65536  # toward +inf (sign: truncate)
-    return bits | at.to(tl.int32)
+    return _round_up_bf16(second) | at.to(tl.int32)
+
+
+@triton.jit
+def _round_up_bf16(value):
+    """int32: the fp32 ``value`` rounded toward +inf to bfloat16, in the high 16 bits."""
+    bits = value.to(tl.int32, bitcast=True)
+    return tl.where(bits >= 0, bits + 0xFFFF, bits) & -65536  # toward +inf (sign: truncate)
+
+
+@triton.jit
+def pack_third(acc, acc_max, at, rank):
+    """(second, packed): each row's second largest raw logit of the tile times ``rank``,
+    exact (z, the bits the rescan computes), and int32: the third largest z, rounded up to
+    bfloat16 (high 16 bits; +inf where the row has a NaN among them: no proof), the
+    second's column (bits 8-15) and the maximum's ``at`` (bits 0-7; tiles of at most 256
+    columns). A chosen tile whose third lies below thr holds at most two z >= thr, both
+    known. The same logit twice (ties) is the maximum and the second, in column order."""
+    cols = tl.arange(0, acc.shape[1])[None, :]
+    second, at2 = tl.max(tl.where(cols == at[:, None], float("-inf"), acc), axis=1,
+                         return_indices=True, return_indices_tie_break_left=True)
+    third = tl.max(tl.where((cols == at[:, None]) | (cols == at2[:, None]), float("-inf"),
+                            acc), axis=1) * rank
+    second = second * rank
+    third = tl.where((third != third) | (second != second) | (acc_max != acc_max),
+                     float("inf"), third)
+    return second, _round_up_bf16(third) | (at2.to(tl.int32) << 8) | at.to(tl.int32)
 
 
 @triton.jit
 def topk_stats_kernel(
-    h_src, h_lo_src, w_src, w_lo_src, labels_ptr, part_ptr, top_v_ptr, top_i_ptr, inv_t_ptr,
-    N, V, H, stride_h, stride_w, inv_t,
+    h_src, h_lo_src, w_src, w_lo_src, labels_ptr, part_ptr, top_v_ptr, top_i_ptr, top_s_ptr,
+    inv_t_ptr, N, V, H, stride_h, stride_w, inv_t,
     num_splits, tiles_per_split, chunk_tiles, group_m,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
     ARGMAX: tl.constexpr, SECOND: tl.constexpr, WITH_ENTROPY: tl.constexpr,
@@ -90,8 +118,10 @@ def topk_stats_kernel(
     LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr, HAS_LABELS: tl.constexpr,
 ):
     """``top_v_ptr``: the tiles' maxima of z [tiles, N] (times ``rank_scale`` of the row's
-    inv_t: topk_rescan.py); ``SECOND``: ``top_i_ptr`` each (row, tile)'s second maximum
-    and argmax [tiles, N] (pack_second), else unused; ``ARGMAX``
+    inv_t: topk_rescan.py); ``SECOND`` 1: ``top_i_ptr`` each (row, tile)'s second maximum
+    and argmax [tiles, N] (pack_second); 2: ``top_s_ptr`` the exact second maxima [tiles,
+    N] fp32 and ``top_i_ptr`` the third maxima and the two columns (pack_third); 0: both
+    unused; ``ARGMAX``
     (k = 1): each split's best z and its id, [splits, N] each. ``LO`` and ``LOGITS_DTYPE`` as
     logprob_forward's kernel: the raw tile is rounded before the statistics and the
     maxima see it."""
@@ -128,13 +158,20 @@ def topk_stats_kernel(
                 best_v = tl.where(better, z_top, best_v)
                 best_i = tl.where(better, v0 + at, best_i)
                 acc_max = tl.max(acc, axis=1)  # the fold's, in raw units
-            elif SECOND:
+            elif SECOND == 1:
                 acc_max, at = tl.max(acc, axis=1, return_indices=True,
                                      return_indices_tie_break_left=True)
                 # int32 offsets: a launch's maxima stay within the partial budget
                 tl.store(top_v_ptr + vt * N + rows, acc_max * rank, mask=keep)
                 tl.store(top_i_ptr + vt * N + rows, pack_second(acc, acc_max, at, rank),
                          mask=keep)
+            elif SECOND == 2:
+                acc_max, at = tl.max(acc, axis=1, return_indices=True,
+                                     return_indices_tie_break_left=True)
+                tl.store(top_v_ptr + vt * N + rows, acc_max * rank, mask=keep)
+                second, packed = pack_third(acc, acc_max, at, rank)
+                tl.store(top_s_ptr + vt * N + rows, second, mask=keep)
+                tl.store(top_i_ptr + vt * N + rows, packed, mask=keep)
             else:
                 acc_max = tl.max(acc, axis=1)
                 tl.store(top_v_ptr + vt * N + rows, acc_max * rank, mask=keep)
@@ -189,6 +226,14 @@ SECOND_MAX_MIN_K = 32
 # (test_topk_is_invariant_across_the_second_maxima_threshold).
 SECOND_MAX_SMALL_MIN_K = 8
 SECOND_MAX_SMALL_TOKENS = 4096
+# Launch ranges of up to this many rows store each (row, tile)'s second maximum exactly,
+# with its column, and the third maximum rounded up (pack_third: 12 bytes a tile and row
+# against pack_second's 8, one more row reduction a tile), so that only tiles holding
+# three z >= thr are recomputed. Where few rows share each recomputed tile the rescan
+# rereads most of the weight for them (256 tokens, k = 32: ~0.9 recomputed tiles a row
+# over ~200 of the 594 tiles, 0.17 ms against the GEMM's 0.52 on an H100, pass 15); two
+# z >= thr in one tile is the common case, three ~50x rarer on random logits.
+EXACT_SECOND_MAX_TOKENS = 4096
 
 # The log-prob forward's tile (128 x 256, 8 warps, one work item per multiprocessor): the
 # kernel above keeps nothing beside its accumulator and statistics but k = 1's best.
@@ -320,23 +365,26 @@ def _best_k(n_tokens, k, width, candidates, dev):
     return values, ids
 
 
-def _second_max(num_v: int, k: int, n_rows: int) -> bool:
-    """Whether the kernel stores the tiles' second maxima for a launch range of ``n_rows``
-    (SECOND_MAX_MIN_K, SECOND_MAX_SMALL_MIN_K)."""
+def _second_max(num_v: int, k: int, n_rows: int) -> int:
+    """What the kernel stores beside the tiles' maxima for a launch range of ``n_rows``
+    (the kernel's ``SECOND``): 0 nothing, 1 the second maxima rounded up (pack_second;
+    SECOND_MAX_MIN_K, SECOND_MAX_SMALL_MIN_K), 2 the second maxima exactly and the third
+    rounded up (pack_third; EXACT_SECOND_MAX_TOKENS)."""
     from_k = SECOND_MAX_SMALL_MIN_K if n_rows <= SECOND_MAX_SMALL_TOKENS else SECOND_MAX_MIN_K
-    return k >= max(2, from_k) and num_v <= MERGE_TOPK_MAX_CANDIDATES
+    if not (k >= max(2, from_k) and num_v <= MERGE_TOPK_MAX_CANDIDATES):
+        return 0
+    return 2 if n_rows <= EXACT_SECOND_MAX_TOKENS else 1
 
 
-def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None, second: bool
+def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None, second: int
                    ) -> tuple[int, int]:
     """A row's partial bytes, (whatever the split count, per split): the statistics (16
     bytes a chunk under batch invariance, else 16 a split) and the tiles' maxima (4 a
-    tile, 8 with their second maxima, ``second``: _second_max; k = 1: a split's best z
-    and id, 8)."""
+    tile; with ``second`` (_second_max) 1: 8, 2: 12; k = 1: a split's best z and id, 8)."""
     fixed, per_split = (0, 16) if chunk_tiles is None else (16 * cdiv(num_v, chunk_tiles), 0)
     if k == 1:
         return fixed, per_split + 8
-    return fixed + (8 if second else 4) * num_v, per_split
+    return fixed + 4 * (1 + second) * num_v, per_split
 
 
 def _launch_plan(num_v: int, k: int, chunk_tiles: int, invariant: bool, n_tokens: int,
@@ -400,6 +448,8 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     n_tokens, hidden_size = h_hi.shape
     vocab = w_hi.shape[0]
     dev = h_hi.device
+    if second == 2 and cfg.block_v > 256:  # pack_third's columns take 8 bits (fewer bytes)
+        second = 1
     num_m = cdiv(n_tokens, cfg.block_m)
     num_v = cdiv(vocab, cfg.block_v)
     unit = chunk_tiles or 1
@@ -416,19 +466,21 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     part = stats if chunks == 1 else torch.empty(chunks, n_tokens, 4, dtype=torch.float32,
                                                  device=dev)
     if k == 1:  # each split's best
-        top_v = torch.empty(splits, n_tokens, 1, dtype=torch.float32, device=dev)
+        top_v = top_s = torch.empty(splits, n_tokens, 1, dtype=torch.float32, device=dev)
         top_i = torch.empty(splits, n_tokens, 1, dtype=torch.int32, device=dev)
     else:  # each tile's maxima (and second maxima)
-        top_v = top_i = torch.empty(num_v, n_tokens, dtype=torch.float32, device=dev)
+        top_v = top_i = top_s = torch.empty(num_v, n_tokens, dtype=torch.float32, device=dev)
         if second:
             top_i = torch.empty(num_v, n_tokens, dtype=torch.int32, device=dev)
+        if second == 2:
+            top_s = torch.empty(num_v, n_tokens, dtype=torch.float32, device=dev)
     inv_t_rows, inv_t = inv_t_args(inv_temperature)
     h_src = tile_source(h_hi, [cfg.block_m, cfg.block_k], tma)
     w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], tma)
     launch(topk_stats_kernel, (num_m * splits,),
         h_src, tile_source(h_lo, [cfg.block_m, cfg.block_k], tma) if lo == 1 else None,
         w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], tma) if lo == 2 else None,
-        part if labels is None else labels, part, top_v, top_i,
+        part if labels is None else labels, part, top_v, top_i, top_s,
         part if inv_t_rows is None else inv_t_rows,
         n_tokens, vocab, hidden_size, h_hi.stride(0), w_hi.stride(0), inv_t,
         splits, per_split, chunk_tiles, cfg.group_m,
@@ -455,7 +507,8 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
         return (stats, *merge_topk(top_v, top_i, vocab))
     # each row's k best tiles, then its top k within them
     if num_v <= MERGE_TOPK_MAX_CANDIDATES:  # one launch (merge_topk.py)
-        tile_v, tile_i = best_tiles(top_v, k, top_i if second else None, cfg.block_v)
+        tile_v, tile_i = best_tiles(top_v, k, top_i if second else None, cfg.block_v,
+                                    top_s if second == 2 else None)
     else:
         tile_ids = torch.arange(num_v, device=dev)
 
@@ -464,7 +517,7 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
             return maxima, tile_ids.expand(maxima.shape[0], num_v)
 
         tile_v, tile_i = _best_k(n_tokens, k, num_v, candidates, dev)
-    del top_v, top_i
+    del top_v, top_i, top_s
     return (stats, *rescan_topk(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma,
                                 lo, mma, rounding, stats.numel() * 4 + lists,
-                                sparse=second))
+                                sparse=bool(second)))

@@ -22,7 +22,9 @@ into the row's top k.
 A pair whose tile is known to hold one z >= thr (its second maximum below thr: a code
 past the tiles, merge_topk.best_tiles) is not recomputed: it sorts with the unfilled
 slots, past the tiles, and its program writes the tile's maximum (the forward kernel's z,
-the same bits) and column as its one candidate.
+the same bits) and column as its one candidate; where the forward stored exact second
+maxima (topk_forward.pack_third), a tile known to hold at most two z >= thr (its third
+maximum below thr) writes its maximum and, where it is >= thr, its second.
 
 The logits are the forward kernel's, bit for bit where the MMA instruction and K order
 are the same (the 16-bit tile: both m64n256k16 steps over the same BLOCK_K), and do not
@@ -36,10 +38,13 @@ import torch
 import triton
 import triton.language as tl
 
+from ..topk_merge import PAD_ID
 from ._tiles import load_tile, mixed_dot, round_logits
 from .launch import (cdiv, dot_precision, interpreting, inv_t_args, launch, next_power_of_2,
                      tile_source, upcast_dot)
 from .merge_runs import merge_runs
+from .merge_topk import (CODE_AT_MASK, CODE_ID_BITS, CODE_ID_MASK, CODE_SECOND_SHIFT,
+                         NO_SECOND_BITS)
 from .tile_sort import sort_tiles
 
 # Pairs a program: the MMA's rows. Fixed, whatever N: the values must not depend on the
@@ -120,7 +125,7 @@ def rescan_kernel(
     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KP: tl.constexpr,
     NB: tl.constexpr, USE_TMA: tl.constexpr, DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr, ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr,
-    LO: tl.constexpr, OPAQUE_COLUMNS: tl.constexpr,
+    LO: tl.constexpr, OPAQUE_COLUMNS: tl.constexpr, PAD: tl.constexpr,
 ):
     """``runs_ptr`` [2, NB] int32: tile_sort's segments table; ``pairs_ptr`` [P] int32: the
     pairs ordered by tile, each one's row * K + place; ``tile_v_ptr`` [N, K]: the rows'
@@ -182,13 +187,33 @@ def rescan_kernel(
                 tl.store(out_i_ptr + base + r, v0 + at, mask=keep)
                 idx = _columns(BLOCK_R, BLOCK_V, OPAQUE_COLUMNS)
                 acc = tl.where(idx == at[:, None], float("-inf"), acc)
-        else:  # no tile to recompute: a known maximum (a code past num_t) or an unfilled slot
+        else:  # no tile to recompute: known maxima (a code past num_t) or an unfilled slot
             code = tl.load(tile_i_ptr + row * K + place, mask=live, other=-1)
-            known = live & (code > num_t) & (code - num_t - 1 < V)
+            known = live & (code > num_t) & (code < PAD)
+            code = code - num_t - 1  # merge_topk.CODE_ID_BITS: the fields
+            id1 = (code & CODE_ID_MASK).to(tl.int32)
+            known = known & (id1 < V)
             z = tl.load(tile_v_ptr + row * K + place, mask=known, other=0.0)
-            tl.store(out_v_ptr + base, tl.where(nan_row, float("nan"), z), mask=known)
-            tl.store(out_i_ptr + base, (code - num_t - 1).to(tl.int32), mask=known)
-            take = known.to(tl.int32)
+            # the tile's second maximum and its column where the code holds one (its
+            # third below thr), else -inf; taken where it is >= thr too, as a recomputed
+            # tile's would be (a padded column never)
+            z2 = (((code >> CODE_SECOND_SHIFT) & 0xFFFFFFFF).to(tl.uint32)
+                  .to(tl.int32, bitcast=True) ^ NO_SECOND_BITS).to(tl.float32, bitcast=True)
+            at2 = ((code >> CODE_ID_BITS) & CODE_AT_MASK).to(tl.int32)
+            id2 = id1 - id1 % BLOCK_V + at2
+            thr = tl.load(tile_v_ptr + row * K + K - 1, mask=known, other=float("inf"))
+            second = known & (z2 >= thr) & (id2 < V)
+            two = second & (room >= 2)
+            # the contract's order: z descending, equal z (distinct logits that z rounds
+            # together) to the lower id, which goes first also where the pair has one slot
+            swap = second & (z2 == z) & (id2 < id1)
+            z_a, id_a = tl.where(swap, z2, z), tl.where(swap, id2, id1)
+            z_b, id_b = tl.where(swap, z, z2), tl.where(swap, id1, id2)
+            tl.store(out_v_ptr + base, tl.where(nan_row, float("nan"), z_a), mask=known)
+            tl.store(out_i_ptr + base, id_a, mask=known)
+            tl.store(out_v_ptr + base + 1, tl.where(nan_row, float("nan"), z_b), mask=two)
+            tl.store(out_i_ptr + base + 1, id_b, mask=two)
+            take = known.to(tl.int32) + two.to(tl.int32)
         rest = live[:, None] & (slots[None, :] >= take[:, None]) \
             & (slots[None, :] < room[:, None])
         tl.store(out_v_ptr + base[:, None] + slots[None, :], float("-inf"), mask=rest)
@@ -247,6 +272,6 @@ def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma
         inv_t, BLOCK_R=rows, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
         KP=next_power_of_2(k), NB=runs.shape[1], USE_TMA=tma, DOT_PRECISION=dot_precision(mma),
         UPCAST_DOT=upcast_dot(mma), ROW_INV_T=inv_t_rows is not None,
-        LOGITS_DTYPE=rounding, LO=lo, OPAQUE_COLUMNS=not interpreting(),
+        LOGITS_DTYPE=rounding, LO=lo, OPAQUE_COLUMNS=not interpreting(), PAD=PAD_ID,
         num_warps=RESCAN_WARPS, num_stages=min(RESCAN_STAGES, cfg.num_stages))
     merge_runs(cand_v, cand_i, vocab, k, out)
