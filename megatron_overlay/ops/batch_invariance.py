@@ -11,10 +11,11 @@ the number of tokens N in the call and the row's position, when this is on (the 
   ``invariant_chunk_tiles``) and folds and stores its statistics per chunk, merged in
   chunk order; its top-k values are dot products, the same whatever the split, and the
   lists merge by value, then id. Its rescan's path does depend on N (the tiles' second
-  maxima from k = 8 in calls of up to 4096 rows, ``topk_forward._second_max``): allowed
-  because a known maximum (the forward kernel's logit) and a recomputed one (the
-  rescan's) are the same bits (``test_second_maxima_change_no_bit``,
-  ``test_topk_is_invariant_across_the_second_maxima_threshold``, on a GPU).
+  maxima from k = 8 in calls of up to 4096 rows, exact there, ``topk_forward._second_max``):
+  allowed because a known maximum or second maximum (the forward kernel's logit) and a
+  recomputed one (the rescan's) are the same bits (``test_second_maxima_change_no_bit``,
+  ``test_topk_is_invariant_across_the_second_maxima_threshold`` and
+  ``..._exact_second_maxima_threshold``, on a GPU).
 * torch (CPU): every GEMM and every element-wise tile op runs on fixed-size token tiles
   (the last one zero-padded), because BLAS results can depend on the M dimension; and
   transcendental functions on [N] vectors run in fixed-size blocks (``per_element``),
