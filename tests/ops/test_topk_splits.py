@@ -97,7 +97,7 @@ def test_second_maxima_from_k_8_in_small_calls(monkeypatch):
     every row block of a call takes the same path and its partial bytes."""
     num_v = 594
     small, large = topk_forward.SECOND_MAX_SMALL_TOKENS, topk_forward.SECOND_MAX_SMALL_TOKENS + 1
-    assert topk_forward.EXACT_SECOND_MAX_TOKENS == small
+    monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_TOKENS", small)
     for k, at_small, at_large in ((1, 0, 0), (7, 0, 0), (8, 2, 0), (31, 2, 0), (32, 2, 1),
                                   (256, 2, 1)):
         assert topk_forward._second_max(num_v, k, small) == at_small, k
@@ -106,7 +106,7 @@ def test_second_maxima_from_k_8_in_small_calls(monkeypatch):
     monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_TOKENS", 1000)
     assert [topk_forward._second_max(num_v, k, n) for k in (8, 32) for n in (1000, 1001)] \
         == [2, 1, 2, 1]
-    monkeypatch.undo()
+    monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_TOKENS", small)
     # a budget of 2100 rows of the path's partial bytes at k = 8: a 4096-row call in two
     # blocks of 2048, both with exact second maxima; 4097 rows in three, all without
     for n, second in ((4096, 2), (4097, 0)):
