@@ -2,9 +2,10 @@
 rounded ones (pack_second) and none in one process, by the host's switches:
 
     after   EXACT_SECOND_MAX_TOKENS and SECOND_MAX_SMALL_TOKENS set past N: every launch
-            stores exact second maxima and third bounds (the default up to 4096 rows)
-    before  EXACT_SECOND_MAX_TOKENS = 0: the rules before this pass (pack_second from k = 8
-            up to 4096 rows and from k = 32 at any N; none at k = 8 past 4096 rows)
+            stores exact second maxima and third bounds
+    before  EXACT_SECOND_MAX_TOKENS = 0 (the default until this is timed): the rules before
+            this pass (pack_second from k = 8 up to 4096 rows and from k = 32 at any N;
+            none at k = 8 past 4096 rows)
 
     PYTHONPATH=. python docs/h200/pass18/exact_ab.py OUT.json        (one GPU)
 

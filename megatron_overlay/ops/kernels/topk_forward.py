@@ -233,7 +233,11 @@ SECOND_MAX_SMALL_TOKENS = 4096
 # rereads most of the weight for them (256 tokens, k = 32: ~0.9 recomputed tiles a row
 # over ~200 of the 594 tiles, 0.17 ms against the GEMM's 0.52 on an H100, pass 15); two
 # z >= thr in one tile is the common case, three ~50x rarer on random logits.
-EXACT_SECOND_MAX_TOKENS = 4096
+# 0 (off) until it is timed on a GPU: pass 18 got no device (docs/BENCHMARKS.md); it is
+# tested in Triton's interpreter (bits against the torch stage) and compiled for sm_90a
+# (docs/h200/pass18/aot_sm90.txt), and docs/h200/pass18/gpu1.sh times it. 4096 is the
+# value to try (SECOND_MAX_SMALL_TOKENS: where pack_second starts at k = 8).
+EXACT_SECOND_MAX_TOKENS = 0
 
 # The log-prob forward's tile (128 x 256, 8 warps, one work item per multiprocessor): the
 # kernel above keeps nothing beside its accumulator and statistics but k = 1's best.
