@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
 { nvidia-smi --query-gpu=index,name,clocks.sm,power.draw --format=csv; lscpu | grep "Model name"
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 } > "$OUT/machine.txt" 2>&1
-PYTHONPATH=$PWD timeout 200 python3 docs/h200/pass18/exact_ab.py "$OUT/exact_ab.json" \
+PYTHONPATH=$PWD timeout 170 python3 docs/h200/pass18/exact_ab.py "$OUT/exact_ab.json" \
   > "$OUT/exact_ab.txt" 2>&1; echo "exact_ab rc=$?" >> "$OUT/exact_ab.txt"
 site=/tmp/site-overlay-wheel
 { PYTHONPATH=$PWD python3 -m megatron_overlay.cli wheel 0.19.2 \
@@ -24,7 +24,7 @@ site=/tmp/site-overlay-wheel
 export PYTHONPATH=$site:$PWD
 part() {  # NAME FILES...: one pytest, its log in OUT
   local name=$1; shift
-  timeout 220 python3 -m pytest -q -p no:cacheprovider -rs -m gpu "$@" > "$OUT/pytest_$name.txt" 2>&1
+  timeout 180 python3 -m pytest -q -p no:cacheprovider -rs -m gpu "$@" > "$OUT/pytest_$name.txt" 2>&1
   echo "part $name rc=$?" >> "$OUT/pytest_$name.txt"
 }
 part a tests/ops/test_batch_invariance_gpu.py -k topk &
