@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Pass 18, the shorter call for what device time was left after failed starts: the
+# top-k's GPU tests first (two pytest processes), then exact_ab.py's rows as far as they
+# get (each row is printed as it is done).
+#   bash docs/h200/pass18/gpu2.sh OUT   (from the repo root; carry .venv/wheelhouse)
+set -u
+OUT=$1; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
+(LC_ALL=C find megatron_overlay tools tests docs/h200/pass18 -name '*.py' | sort | xargs sha1sum > "$OUT/sources.txt")
+{ nvidia-smi --query-gpu=index,name,clocks.sm,power.draw --format=csv; lscpu | grep "Model name"
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+} > "$OUT/machine.txt" 2>&1
+export PYTHONPATH=$PWD
+part() {  # NAME FILES...: one pytest, its log in OUT
+  local name=$1; shift
+  timeout 140 python3 -m pytest -q -p no:cacheprovider -rs -m gpu "$@" > "$OUT/pytest_$name.txt" 2>&1
+  echo "part $name rc=$?" >> "$OUT/pytest_$name.txt"
+}
+part a tests/ops/test_batch_invariance_gpu.py -k topk &
+part b tests/ops/test_triton_distill_gpu.py &
+wait
+for p in a b; do echo "== $p"; grep -E "passed|failed|error|FAILED|ERROR|rc=" "$OUT/pytest_$p.txt" | tail -12; done
+timeout 150 python3 docs/h200/pass18/exact_ab.py "$OUT/exact_ab.json" 2>&1 | grep -v Warn \
+  | tee "$OUT/exact_ab.txt" | cut -c1-900
