@@ -143,9 +143,11 @@ def test_topk_is_invariant_across_the_exact_second_maxima_threshold(k, dtype, we
     """Launches of up to EXACT_SECOND_MAX_TOKENS rows store the tiles' second maxima
     exactly (pack_third: tiles of two known logits >= thr are not recomputed), larger ones
     rounded up (k = 32) or not at all (k = 8, past SECOND_MAX_SMALL_TOKENS): with both
-    thresholds at 1000 rows, the slices of up to 129 rows take the first path and the
-    2000- and 3000-row calls the others; a row's outputs are the same bits."""
+    thresholds at 1000 rows (and the exact maxima from k = 8), the slices of up to 129
+    rows take the first path and the 2000- and 3000-row calls the others; a row's outputs
+    are the same bits."""
     monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_TOKENS", 1000)
+    monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_MIN_K", 8)
     monkeypatch.setattr(topk_forward, "SECOND_MAX_SMALL_TOKENS", 1000)
     hidden, weight, labels = _inputs(dtype=dtype, weight_dtype=weight_dtype)
     num_v = -(-V // 256)

@@ -92,12 +92,13 @@ def test_splits_without_invariance_fit_the_budget(vocab, num_sms, monkeypatch):
 
 def test_second_maxima_from_k_8_in_small_calls(monkeypatch):
     """SECOND_MAX_SMALL_MIN_K up to SECOND_MAX_SMALL_TOKENS rows a call, SECOND_MAX_MIN_K
-    past them; exact (pack_third, 2) up to EXACT_SECOND_MAX_TOKENS rows, else rounded up
-    (pack_second, 1); never past MERGE_TOPK_MAX_CANDIDATES tiles; decided once a call, so
+    past them; exact (pack_third, 2) up to EXACT_SECOND_MAX_TOKENS rows from k =
+    EXACT_SECOND_MAX_MIN_K, else rounded up (pack_second, 1); never past MERGE_TOPK_MAX_CANDIDATES tiles; decided once a call, so
     every row block of a call takes the same path and its partial bytes."""
     num_v = 594
     small, large = topk_forward.SECOND_MAX_SMALL_TOKENS, topk_forward.SECOND_MAX_SMALL_TOKENS + 1
     monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_TOKENS", small)
+    monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_MIN_K", 8)
     for k, at_small, at_large in ((1, 0, 0), (7, 0, 0), (8, 2, 0), (31, 2, 0), (32, 2, 1),
                                   (256, 2, 1)):
         assert topk_forward._second_max(num_v, k, small) == at_small, k
@@ -106,6 +107,10 @@ def test_second_maxima_from_k_8_in_small_calls(monkeypatch):
     monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_TOKENS", 1000)
     assert [topk_forward._second_max(num_v, k, n) for k in (8, 32) for n in (1000, 1001)] \
         == [2, 1, 2, 1]
+    monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_MIN_K", 32)  # k = 8 rounds up
+    assert [topk_forward._second_max(num_v, k, n) for k in (8, 31, 32)
+            for n in (1000, 1001)] == [1, 1, 1, 1, 2, 1]
+    monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_MIN_K", 8)
     monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_TOKENS", small)
     # a budget of 2100 rows of the path's partial bytes at k = 8: a 4096-row call in two
     # blocks of 2048, both with exact second maxima; 4097 rows in three, all without

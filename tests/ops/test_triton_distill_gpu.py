@@ -74,8 +74,8 @@ def test_topk_ranks_z_not_the_raw_logits(dtype, k):
 @pytest.mark.parametrize("k", [8, 33])
 def test_second_maxima_change_no_bit(dtype, k, monkeypatch):
     """The top-k's three paths (topk_forward.SECOND_MAX_MIN_K and SECOND_MAX_SMALL_MIN_K,
-    both set: second maxima from k = 2 or never; EXACT_SECOND_MAX_TOKENS: exact second
-    maxima or rounded up): a chosen tile's maximum (and second) taken from the forward
+    both set: second maxima from k = 2 or never; EXACT_SECOND_MAX_TOKENS and _MIN_K:
+    exact second maxima or rounded up): a chosen tile's maximum (and second) taken from the forward
     kernel, or recomputed by the rescan, is the same logit to the bit; so are the ids (and
     the statistics, which the second maxima do not touch)."""
     from megatron_overlay.ops.kernels import topk_forward
@@ -86,6 +86,7 @@ def test_second_maxima_change_no_bit(dtype, k, monkeypatch):
         monkeypatch.setattr(topk_forward, "SECOND_MAX_MIN_K", second_from)
         monkeypatch.setattr(topk_forward, "SECOND_MAX_SMALL_MIN_K", second_from)
         monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_TOKENS", exact_rows)
+        monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_MIN_K", second_from)
         outs[second_from, exact_rows] = triton_topk.topk_stats(hidden, weight, labels, inv_t,
                                                                True, k)
     for path in ((2, 10 ** 9), (2, 0)):

@@ -62,14 +62,15 @@ def _worker() -> int:
     def second_max_from(path):  # at every N (small launches have their own k)
         k, exact_rows = path
         default = (topk_forward.SECOND_MAX_MIN_K, topk_forward.SECOND_MAX_SMALL_MIN_K,
-                   topk_forward.EXACT_SECOND_MAX_TOKENS)
+                   topk_forward.EXACT_SECOND_MAX_MIN_K, topk_forward.EXACT_SECOND_MAX_TOKENS)
         topk_forward.SECOND_MAX_MIN_K = topk_forward.SECOND_MAX_SMALL_MIN_K = k
+        topk_forward.EXACT_SECOND_MAX_MIN_K = k
         topk_forward.EXACT_SECOND_MAX_TOKENS = exact_rows
         try:
             yield
         finally:
             (topk_forward.SECOND_MAX_MIN_K, topk_forward.SECOND_MAX_SMALL_MIN_K,
-             topk_forward.EXACT_SECOND_MAX_TOKENS) = default
+             topk_forward.EXACT_SECOND_MAX_MIN_K, topk_forward.EXACT_SECOND_MAX_TOKENS) = default
 
     def rel(a, b):
         return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()

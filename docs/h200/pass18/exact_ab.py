@@ -3,9 +3,8 @@ rounded ones (pack_second) and none in one process, by the host's switches:
 
     after   EXACT_SECOND_MAX_TOKENS and SECOND_MAX_SMALL_TOKENS set past N: every launch
             stores exact second maxima and third bounds
-    before  EXACT_SECOND_MAX_TOKENS = 0 (the default until this is timed): the rules before
-            this pass (pack_second from k = 8 up to 4096 rows and from k = 32 at any N;
-            none at k = 8 past 4096 rows)
+    before  EXACT_SECOND_MAX_TOKENS = 0: the rules before this pass (pack_second from k = 8
+            up to 4096 rows and from k = 32 at any N; none at k = 8 past 4096 rows)
 
     PYTHONPATH=. python docs/h200/pass18/exact_ab.py OUT.json        (one GPU)
 
@@ -29,12 +28,16 @@ from tools.bench.timing import interleaved, synchronized
 
 SHAPES = [(256, 4096, 151936), (1024, 4096, 151936), (4096, 4096, 151936)]
 KS = (8, 32)
-DEFAULTS = (topk_forward.EXACT_SECOND_MAX_TOKENS, topk_forward.SECOND_MAX_SMALL_TOKENS)
-MODES = {"after": (10 ** 9, 10 ** 9), "before": (0, DEFAULTS[1])}
+KNOBS = ("EXACT_SECOND_MAX_TOKENS", "SECOND_MAX_SMALL_TOKENS", "EXACT_SECOND_MAX_MIN_K")
+DEFAULTS = tuple(getattr(topk_forward, name) for name in KNOBS)
+# after: exact from k = 2 (the run in h100/r1 predates EXACT_SECOND_MAX_MIN_K, with which
+# the tree now keeps k < 32 on pack_second)
+MODES = {"after": (10 ** 9, 10 ** 9, 2), "before": (0, DEFAULTS[1], DEFAULTS[2])}
 
 
 def use(mode):
-    topk_forward.EXACT_SECOND_MAX_TOKENS, topk_forward.SECOND_MAX_SMALL_TOKENS = MODES[mode]
+    for name, value in zip(KNOBS, MODES[mode]):
+        setattr(topk_forward, name, value)
 
 
 def call(mode, h, w, k):
@@ -110,8 +113,8 @@ def main(path):
                     row["kernels_ms"] = {m: kernels(m, h, w, k) for m in MODES}
                 print(json.dumps(row), flush=True)
                 res["rows"].append(row)
-                topk_forward.EXACT_SECOND_MAX_TOKENS, topk_forward.SECOND_MAX_SMALL_TOKENS = \
-                    DEFAULTS
+                for name, value in zip(KNOBS, DEFAULTS):
+                    setattr(topk_forward, name, value)
             del h, w
             torch.cuda.empty_cache()
     with open(path, "w") as f:

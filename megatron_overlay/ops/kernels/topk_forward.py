@@ -24,7 +24,8 @@ tile)'s second largest z, rounded up to bfloat16, and its maximum's column
 row's k-th best tile maximum thr holds one z >= thr, its maximum, known without
 recomputing the tile, so the rescan's MMAs shrink to the other tiles (its time halved at
 k = 32 on the benchmark's logits: docs/BENCHMARKS.md, pass 6). Launches of up to
-EXACT_SECOND_MAX_TOKENS rows store the second maximum exactly with its column, and the
+EXACT_SECOND_MAX_TOKENS rows at k >= EXACT_SECOND_MAX_MIN_K (1024 and 32) store the
+second maximum exactly with its column, and the
 third rounded up (``pack_third``): a chosen tile whose third maximum lies below thr holds
 at most two z >= thr, both known, so only tiles of three are recomputed.
 
@@ -226,18 +227,20 @@ SECOND_MAX_MIN_K = 32
 # (test_topk_is_invariant_across_the_second_maxima_threshold).
 SECOND_MAX_SMALL_MIN_K = 8
 SECOND_MAX_SMALL_TOKENS = 4096
-# Launch ranges of up to this many rows store each (row, tile)'s second maximum exactly,
-# with its column, and the third maximum rounded up (pack_third: 12 bytes a tile and row
-# against pack_second's 8, one more row reduction a tile), so that only tiles holding
-# three z >= thr are recomputed. Where few rows share each recomputed tile the rescan
-# rereads most of the weight for them (256 tokens, k = 32: ~0.9 recomputed tiles a row
-# over ~200 of the 594 tiles, 0.17 ms against the GEMM's 0.52 on an H100, pass 15); two
-# z >= thr in one tile is the common case, three ~50x rarer on random logits.
-# 0 (off) until it is timed on a GPU: pass 18 got no device (docs/BENCHMARKS.md); it is
-# tested in Triton's interpreter (bits against the torch stage) and compiled for sm_90a
-# (docs/h200/pass18/aot_sm90.txt), and docs/h200/pass18/gpu1.sh times it. 4096 is the
-# value to try (SECOND_MAX_SMALL_TOKENS: where pack_second starts at k = 8).
-EXACT_SECOND_MAX_TOKENS = 0
+# Launch ranges of up to EXACT_SECOND_MAX_TOKENS rows, from k = EXACT_SECOND_MAX_MIN_K,
+# store each (row, tile)'s second maximum exactly, with its column, and the third maximum
+# rounded up (pack_third: 12 bytes a tile and row against pack_second's 8, one more row
+# reduction a tile), so that only tiles holding three z >= thr are recomputed. Where few
+# rows share each recomputed tile the rescan rereads most of the weight for them. On the
+# benchmark's logits (docs/cpu/topk_recomputed_tiles.txt) pack_second leaves 0.9
+# recomputed tiles a row at k = 32 and 0.06 at k = 8; pack_third 0.015 and 0. Measured
+# on one H100 (docs/BENCHMARKS.md, pass 18: the whole top-k, after / before, bursts /
+# synchronized; the same bits): k = 32 0.839 / 0.880 at 256 tokens, 0.912 / 0.882 at 1024,
+# 0.993 / 1.003 at 4096 (the forward kernel 6-8% slower, the rescan 0.28-0.26x); k = 8
+# 0.978 / 0.978 at 256 tokens, 1.017 / 0.987 at 1024, 1.014 / 1.034 at 4096. k between 8
+# and 32 not timed (it keeps pack_second).
+EXACT_SECOND_MAX_TOKENS = 1024
+EXACT_SECOND_MAX_MIN_K = 32
 
 # The log-prob forward's tile (128 x 256, 8 warps, one work item per multiprocessor): the
 # kernel above keeps nothing beside its accumulator and statistics but k = 1's best.
@@ -373,11 +376,11 @@ def _second_max(num_v: int, k: int, n_rows: int) -> int:
     """What the kernel stores beside the tiles' maxima for a launch range of ``n_rows``
     (the kernel's ``SECOND``): 0 nothing, 1 the second maxima rounded up (pack_second;
     SECOND_MAX_MIN_K, SECOND_MAX_SMALL_MIN_K), 2 the second maxima exactly and the third
-    rounded up (pack_third; EXACT_SECOND_MAX_TOKENS)."""
+    rounded up (pack_third; EXACT_SECOND_MAX_TOKENS, EXACT_SECOND_MAX_MIN_K)."""
     from_k = SECOND_MAX_SMALL_MIN_K if n_rows <= SECOND_MAX_SMALL_TOKENS else SECOND_MAX_MIN_K
     if not (k >= max(2, from_k) and num_v <= MERGE_TOPK_MAX_CANDIDATES):
         return 0
-    return 2 if n_rows <= EXACT_SECOND_MAX_TOKENS else 1
+    return 2 if n_rows <= EXACT_SECOND_MAX_TOKENS and k >= EXACT_SECOND_MAX_MIN_K else 1
 
 
 def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None, second: int
