@@ -236,7 +236,7 @@ SECOND_MAX_SMALL_TOKENS = 4096
 # recomputed tiles a row at k = 32 and 0.06 at k = 8; pack_third 0.015 and 0. Measured
 # on one H100 (docs/BENCHMARKS.md, pass 18: the whole top-k, after / before, bursts /
 # synchronized; the same bits): k = 32 0.839 / 0.880 at 256 tokens, 0.912 / 0.882 at 1024,
-# 0.993 / 1.003 at 4096 (the forward kernel 6-8% slower, the rescan 0.28-0.26x); k = 8
+# 0.993 / 1.003 at 4096 (the forward kernel 6-8% slower, the rescan 0.26-0.28x); k = 8
 # 0.978 / 0.978 at 256 tokens, 1.017 / 0.987 at 1024, 1.014 / 1.034 at 4096. k between 8
 # and 32 not timed (it keeps pack_second).
 EXACT_SECOND_MAX_TOKENS = 1024
