@@ -77,7 +77,6 @@ def pack_second(acc, acc_max, at, rank):
     cols = tl.arange(0, acc.shape[1])[None, :]
     second = tl.max(tl.where(cols == at[:, None], float("-inf"), acc), axis=1) * rank
     second = tl.where((second != second) | (acc_max != acc_max), float("inf"), second)
-    bits = second.to(tl.int32, bitcast=True)
     return _round_up_bf16(second) | at.to(tl.int32)
 
 
@@ -190,7 +189,7 @@ def topk_stats_kernel(
 # ----------------------------------------------------------------------------- launch
 
 # The partials, the tiles' maxima ([tiles, N] fp32: 2.4 KB a row at V ~ 152k, twice that
-# with the second maxima; k = 1: the splits' argmaxima, [splits, N] values and ids) and
+# with the second maxima, three times with the exact ones (at most 1024 rows); k = 1: the splits' argmaxima, [splits, N] values and ids) and
 # the statistics (16 bytes a chunk, 66 chunks at V ~ 152k under batch invariance; else a
 # split), stay under this, in row blocks past it (56 MiB: 16384 tokens in one launch at
 # V ~ 152k, 8192 with the second maxima); where a row has too many tiles
