@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pass 18, the shorter call for what device time was left after failed starts: the
+# Pass 18, the one call made (r1; a longer gpu1.sh, never started, is gone): the
 # top-k's GPU tests first (two pytest processes), then exact_ab.py's rows as far as they
 # get (each row is printed as it is done).
 #   bash docs/h200/pass18/gpu2.sh OUT   (from the repo root; carry .venv/wheelhouse)
