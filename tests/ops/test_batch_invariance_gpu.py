@@ -129,14 +129,16 @@ def test_topk_is_invariant_across_the_second_maxima_threshold(k, dtype, weight_d
     monkeypatch.setattr(topk_forward, "SECOND_MAX_SMALL_TOKENS", 1000)
     hidden, weight, labels = _inputs(dtype=dtype, weight_dtype=weight_dtype)
     num_v = -(-V // 256)
-    assert topk_forward._second_max(num_v, k, 129) and not topk_forward._second_max(num_v, k,
-                                                                                    2000)
+    assert topk_forward._second_max(num_v, k, 129, 256)
+    assert not topk_forward._second_max(num_v, k, 2000, 256)
     _check_topk(hidden, weight, labels, k, logits_dtype=logits_dtype)
 
 
 @pytest.mark.parametrize("dtype,weight_dtype,logits_dtype", [
-    (torch.bfloat16, torch.bfloat16, None), (torch.float32, torch.float32, None),
-    (torch.bfloat16, torch.float32, None)], ids=["bf16", "fp32", "fp32 weight"])
+    (torch.bfloat16, torch.bfloat16, None), (torch.float16, torch.float16, None),
+    (torch.float32, torch.float32, None), (torch.bfloat16, torch.bfloat16, torch.bfloat16),
+    (torch.float32, torch.bfloat16, None), (torch.bfloat16, torch.float32, None)],
+    ids=["bf16", "fp16", "fp32", "bf16 logits", "fp32 hidden", "fp32 weight"])
 @pytest.mark.parametrize("k", [8, 32])
 def test_topk_is_invariant_across_the_exact_second_maxima_threshold(k, dtype, weight_dtype,
                                                                     logits_dtype, monkeypatch):
@@ -151,8 +153,8 @@ def test_topk_is_invariant_across_the_exact_second_maxima_threshold(k, dtype, we
     monkeypatch.setattr(topk_forward, "SECOND_MAX_SMALL_TOKENS", 1000)
     hidden, weight, labels = _inputs(dtype=dtype, weight_dtype=weight_dtype)
     num_v = -(-V // 256)
-    assert topk_forward._second_max(num_v, k, 129) == 2
-    assert topk_forward._second_max(num_v, k, 2000) == (1 if k == 32 else 0)
+    assert topk_forward._second_max(num_v, k, 129, 256) == 2
+    assert topk_forward._second_max(num_v, k, 2000, 256) == (1 if k == 32 else 0)
     _check_topk(hidden, weight, labels, k, logits_dtype=logits_dtype)
 
 

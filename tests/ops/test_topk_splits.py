@@ -93,23 +93,28 @@ def test_splits_without_invariance_fit_the_budget(vocab, num_sms, monkeypatch):
 def test_second_maxima_from_k_8_in_small_calls(monkeypatch):
     """SECOND_MAX_SMALL_MIN_K up to SECOND_MAX_SMALL_TOKENS rows a call, SECOND_MAX_MIN_K
     past them; exact (pack_third, 2) up to EXACT_SECOND_MAX_TOKENS rows from k =
-    EXACT_SECOND_MAX_MIN_K, else rounded up (pack_second, 1); never past MERGE_TOPK_MAX_CANDIDATES tiles; decided once a call, so
-    every row block of a call takes the same path and its partial bytes."""
+    EXACT_SECOND_MAX_MIN_K, else rounded up (pack_second, 1); never past
+    MERGE_TOPK_MAX_CANDIDATES tiles; decided once a call, so every row block of a call
+    takes the same path and its partial bytes; exact only on tiles of at most 256 columns."""
     num_v = 594
     small, large = topk_forward.SECOND_MAX_SMALL_TOKENS, topk_forward.SECOND_MAX_SMALL_TOKENS + 1
     monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_TOKENS", small)
     monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_MIN_K", 8)
     for k, at_small, at_large in ((1, 0, 0), (7, 0, 0), (8, 2, 0), (31, 2, 0), (32, 2, 1),
                                   (256, 2, 1)):
-        assert topk_forward._second_max(num_v, k, small) == at_small, k
-        assert topk_forward._second_max(num_v, k, large) == at_large, k
-        assert topk_forward._second_max(8193, k, 256) == 0
+        assert topk_forward._second_max(num_v, k, small, 256) == at_small, k
+        assert topk_forward._second_max(num_v, k, large, 256) == at_large, k
+        assert topk_forward._second_max(8193, k, 256, 256) == 0
     monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_TOKENS", 1000)
-    assert [topk_forward._second_max(num_v, k, n) for k in (8, 32) for n in (1000, 1001)] \
+    assert [topk_forward._second_max(num_v, k, n, 256) for k in (8, 32) for n in (1000, 1001)] \
         == [2, 1, 2, 1]
     monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_MIN_K", 32)  # k = 8 rounds up
-    assert [topk_forward._second_max(num_v, k, n) for k in (8, 31, 32)
+    assert [topk_forward._second_max(num_v, k, n, 256) for k in (8, 31, 32)
             for n in (1000, 1001)] == [1, 1, 1, 1, 2, 1]
+    # pack_third packs its columns in 8 bits: wider tiles (a config given to topk_stats)
+    # store the second maxima rounded up
+    assert [topk_forward._second_max(num_v, 32, 1000, bv) for bv in (64, 256, 512)] \
+        == [2, 2, 1]
     monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_MIN_K", 8)
     monkeypatch.setattr(topk_forward, "EXACT_SECOND_MAX_TOKENS", small)
     # a budget of 2100 rows of the path's partial bytes at k = 8: a 4096-row call in two
@@ -148,5 +153,5 @@ def test_tokens_a_launch(vocab):
         for k, n in ((1, 16384), (8, 16384), (8, 4096), (32, 8192)):
             *_, block = topk_forward._launch_plan(
                 num_v, k, invariant_chunk_tiles(num_v, 132, CFG), chunk is not None, n,
-                CFG.block_m)
+                CFG.block_m, CFG.block_v)
             assert block >= n, (k, n, chunk)

@@ -1,4 +1,5 @@
-"""Top-k forward: the log-prob forward statistics plus each (row, vocab tile)'s maximum, in one pass.
+"""Top-k forward: the log-prob forward statistics plus each (row, vocab tile)'s maximum, in
+one pass.
 
 The same work items as logprob_forward.py (a tile of BLOCK_M tokens x a range of vocab
 tiles), on the same 128 x 256 tile: each logits tile is folded into the four statistics
@@ -158,20 +159,18 @@ def topk_stats_kernel(
                 best_v = tl.where(better, z_top, best_v)
                 best_i = tl.where(better, v0 + at, best_i)
                 acc_max = tl.max(acc, axis=1)  # the fold's, in raw units
-            elif SECOND == 1:
+            elif SECOND:  # the maximum's column, then what each mode packs beside it
                 acc_max, at = tl.max(acc, axis=1, return_indices=True,
                                      return_indices_tie_break_left=True)
                 # int32 offsets: a launch's maxima stay within the partial budget
                 tl.store(top_v_ptr + vt * N + rows, acc_max * rank, mask=keep)
-                tl.store(top_i_ptr + vt * N + rows, pack_second(acc, acc_max, at, rank),
-                         mask=keep)
-            elif SECOND == 2:
-                acc_max, at = tl.max(acc, axis=1, return_indices=True,
-                                     return_indices_tie_break_left=True)
-                tl.store(top_v_ptr + vt * N + rows, acc_max * rank, mask=keep)
-                second, packed = pack_third(acc, acc_max, at, rank)
-                tl.store(top_s_ptr + vt * N + rows, second, mask=keep)
-                tl.store(top_i_ptr + vt * N + rows, packed, mask=keep)
+                if SECOND == 1:
+                    tl.store(top_i_ptr + vt * N + rows, pack_second(acc, acc_max, at, rank),
+                             mask=keep)
+                else:
+                    second, packed = pack_third(acc, acc_max, at, rank)
+                    tl.store(top_s_ptr + vt * N + rows, second, mask=keep)
+                    tl.store(top_i_ptr + vt * N + rows, packed, mask=keep)
             else:
                 acc_max = tl.max(acc, axis=1)
                 tl.store(top_v_ptr + vt * N + rows, acc_max * rank, mask=keep)
@@ -189,13 +188,13 @@ def topk_stats_kernel(
 # ----------------------------------------------------------------------------- launch
 
 # The partials, the tiles' maxima ([tiles, N] fp32: 2.4 KB a row at V ~ 152k, twice that
-# with the second maxima, three times with the exact ones (at most 1024 rows); k = 1: the splits' argmaxima, [splits, N] values and ids) and
-# the statistics (16 bytes a chunk, 66 chunks at V ~ 152k under batch invariance; else a
-# split), stay under this, in row blocks past it (56 MiB: 16384 tokens in one launch at
-# V ~ 152k, 8192 with the second maxima); where a row has too many tiles
-# for merge_topk.py the host picks its k tiles a block of rows at a time with about
-# MERGE_BUDGET_BYTES of sort temporaries: the issue's forward target is <= 64 MiB beyond
-# the outputs (docs/BENCHMARKS.md).
+# with the second maxima, three times with the exact ones (at most 1024 rows); k = 1: the
+# splits' argmaxima, [splits, N] values and ids) and the statistics (16 bytes a chunk, 66
+# chunks at V ~ 152k under batch invariance; else a split), stay under this, in row blocks
+# past it (56 MiB: 16384 tokens in one launch at V ~ 152k, 8192 with the second maxima);
+# where a row has too many tiles for merge_topk.py the host picks its k tiles a block of
+# rows at a time with about MERGE_BUDGET_BYTES of sort temporaries: the issue's forward
+# target is <= 64 MiB beyond the outputs (docs/BENCHMARKS.md).
 TOPK_PARTIAL_BUDGET_BYTES = 56 << 20
 MERGE_BUDGET_BYTES = 12 << 20
 # Candidates a row up to which they are ordered in one kernel (merge_topk.py) rather than
@@ -371,15 +370,18 @@ def _best_k(n_tokens, k, width, candidates, dev):
     return values, ids
 
 
-def _second_max(num_v: int, k: int, n_rows: int) -> int:
+def _second_max(num_v: int, k: int, n_rows: int, block_v: int) -> int:
     """What the kernel stores beside the tiles' maxima for a launch range of ``n_rows``
     (the kernel's ``SECOND``): 0 nothing, 1 the second maxima rounded up (pack_second;
     SECOND_MAX_MIN_K, SECOND_MAX_SMALL_MIN_K), 2 the second maxima exactly and the third
-    rounded up (pack_third; EXACT_SECOND_MAX_TOKENS, EXACT_SECOND_MAX_MIN_K)."""
+    rounded up (pack_third; EXACT_SECOND_MAX_TOKENS, EXACT_SECOND_MAX_MIN_K; tiles of at
+    most 256 columns, whose columns pack_third packs in 8 bits: every config of this file
+    is, a ``config`` given to topk_stats need not be)."""
     from_k = SECOND_MAX_SMALL_MIN_K if n_rows <= SECOND_MAX_SMALL_TOKENS else SECOND_MAX_MIN_K
     if not (k >= max(2, from_k) and num_v <= MERGE_TOPK_MAX_CANDIDATES):
         return 0
-    return 2 if n_rows <= EXACT_SECOND_MAX_TOKENS and k >= EXACT_SECOND_MAX_MIN_K else 1
+    exact = n_rows <= EXACT_SECOND_MAX_TOKENS and k >= EXACT_SECOND_MAX_MIN_K
+    return 2 if exact and block_v <= 256 else 1
 
 
 def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None, second: int
@@ -394,13 +396,13 @@ def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None, second: int
 
 
 def _launch_plan(num_v: int, k: int, chunk_tiles: int, invariant: bool, n_tokens: int,
-                 block_m: int):
+                 block_m: int, block_v: int):
     """(second maxima stored, _partial_bytes, rows a launch) for a range of ``n_tokens``
     rows: the second maxima decided once for every row block alike; a launch's rows within
     TOPK_PARTIAL_BUDGET_BYTES with room for as many splits as the invariant chunks
     (``chunk_tiles`` tiles each; invariant, they are the splits; else _splits fits
     choose_splits' count to that room), a whole number of token tiles."""
-    second = _second_max(num_v, k, n_tokens)
+    second = _second_max(num_v, k, n_tokens, block_v)
     fixed_bytes, split_bytes = _partial_bytes(num_v, k, chunk_tiles if invariant else None,
                                               second)
     per_row = fixed_bytes + split_bytes * cdiv(num_v, chunk_tiles)
@@ -428,7 +430,8 @@ def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     chunk_tiles = invariant_chunk_tiles(num_v, num_sms, cfg)
     invariant = batch_invariance.enabled()
     second, (fixed_bytes, split_bytes), block = _launch_plan(num_v, k, chunk_tiles, invariant,
-                                                             n_tokens, cfg.block_m)
+                                                             n_tokens, cfg.block_m,
+                                                             cfg.block_v)
     chunk_tiles = chunk_tiles if invariant else None
     if n_tokens <= block:
         return _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
@@ -454,8 +457,6 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     n_tokens, hidden_size = h_hi.shape
     vocab = w_hi.shape[0]
     dev = h_hi.device
-    if second == 2 and cfg.block_v > 256:  # pack_third's columns take 8 bits (fewer bytes)
-        second = 1
     num_m = cdiv(n_tokens, cfg.block_m)
     num_v = cdiv(vocab, cfg.block_v)
     unit = chunk_tiles or 1
