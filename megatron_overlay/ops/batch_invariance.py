@@ -11,8 +11,8 @@ the number of tokens N in the call and the row's position, when this is on (the 
   ``invariant_chunk_tiles``) and folds and stores its statistics per chunk, merged in
   chunk order; its top-k values are dot products, the same whatever the split, and the
   lists merge by value, then id. Its rescan's path does depend on N (the tiles' second
-  maxima from k = 8 in calls of up to 4096 rows, exact from k = 32 in calls of up to
-  1024, ``topk_forward._second_max``):
+  maxima from k = 8 in calls of up to 4096 rows, exact from k = 16 in calls of up to
+  2048, ``topk_forward._second_max``):
   allowed because a known maximum or second maximum (the forward kernel's logit) and a
   recomputed one (the rescan's) are the same bits (``test_second_maxima_change_no_bit``,
   ``test_topk_is_invariant_across_the_second_maxima_threshold`` and

@@ -25,7 +25,7 @@ tile)'s second largest z, rounded up to bfloat16, and its maximum's column
 row's k-th best tile maximum thr holds one z >= thr, its maximum, known without
 recomputing the tile, so the rescan's MMAs shrink to the other tiles (its time halved at
 k = 32 on the benchmark's logits: docs/BENCHMARKS.md, pass 6). Launches of up to
-EXACT_SECOND_MAX_TOKENS rows at k >= EXACT_SECOND_MAX_MIN_K (1024 and 32) store the
+EXACT_SECOND_MAX_TOKENS rows at k >= EXACT_SECOND_MAX_MIN_K (2048 and 16) store the
 second maximum exactly with its column, and the
 third rounded up (``pack_third``): a chosen tile whose third maximum lies below thr holds
 at most two z >= thr, both known, so only tiles of three are recomputed.
@@ -188,7 +188,7 @@ def topk_stats_kernel(
 # ----------------------------------------------------------------------------- launch
 
 # The partials, the tiles' maxima ([tiles, N] fp32: 2.4 KB a row at V ~ 152k, twice that
-# with the second maxima, three times with the exact ones (at most 1024 rows); k = 1: the
+# with the second maxima, three times with the exact ones (at most 2048 rows); k = 1: the
 # splits' argmaxima, [splits, N] values and ids) and the statistics (16 bytes a chunk, 66
 # chunks at V ~ 152k under batch invariance; else a split), stay under this, in row blocks
 # past it (56 MiB: 16384 tokens in one launch at V ~ 152k, 8192 with the second maxima);
@@ -232,13 +232,15 @@ SECOND_MAX_SMALL_TOKENS = 4096
 # rows share each recomputed tile the rescan rereads most of the weight for them. On the
 # benchmark's logits (docs/cpu/topk_recomputed_tiles.txt) pack_second leaves 0.9
 # recomputed tiles a row at k = 32 and 0.06 at k = 8; pack_third 0.015 and 0. Measured
-# on one H100 (docs/BENCHMARKS.md, pass 18: the whole top-k, after / before, bursts /
-# synchronized; the same bits): k = 32 0.839 / 0.880 at 256 tokens, 0.912 / 0.882 at 1024,
-# 0.993 / 1.003 at 4096 (the forward kernel 6-8% slower, the rescan 0.26-0.28x); k = 8
-# 0.978 / 0.978 at 256 tokens, 1.017 / 0.987 at 1024, 1.014 / 1.034 at 4096. k between 8
-# and 32 not timed (it keeps pack_second).
-EXACT_SECOND_MAX_TOKENS = 1024
-EXACT_SECOND_MAX_MIN_K = 32
+# on one H100 (docs/BENCHMARKS.md, passes 18 and 19: the whole top-k, exact / rounded,
+# bursts / synchronized; the same bits): k = 32 0.839 / 0.880 at 256 tokens, 0.912 / 0.882
+# at 1024, 0.966 / 0.911 at 2048, 0.993 / 1.003 at 4096 (the forward kernel 6-8% slower,
+# the rescan 0.26-0.28x); k = 16 0.955 / 0.972 at 256, 0.974 / 0.968 at 1024, 0.976 /
+# 0.973 at 2048; k = 8 0.978 / 0.978 at 256 tokens, 1.017 / 0.987 at 1024, 1.014 / 1.034
+# at 4096. k between 8 and 16 (9-15) not timed (they keep pack_second), nor k = 16 at
+# 4096 tokens.
+EXACT_SECOND_MAX_TOKENS = 2048
+EXACT_SECOND_MAX_MIN_K = 16
 
 # The log-prob forward's tile (128 x 256, 8 warps, one work item per multiprocessor): the
 # kernel above keeps nothing beside its accumulator and statistics but k = 1's best.

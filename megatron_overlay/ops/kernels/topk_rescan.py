@@ -53,9 +53,10 @@ from .tile_sort import sort_tiles
 # (docs/h200/distill_i20/rescan_88f7fb6/rescan_variants.txt). The interpreter: fewer.
 RESCAN_ROWS = 128
 # Where the forward stored the tiles' second maxima (topk_forward._second_max: k >= 32, and
-# k >= 8 in small calls; exact at k >= 32 up to 1024 rows) most pairs are known maxima and
-# the few recomputed ones spread over every tile (0.92 a row at 8192 tokens, k = 32, over all 594 tiles,
-# with pack_second's rounded second maxima): a program's MMA is mostly empty rows.
+# k >= 8 in small calls; exact at k >= 16 up to 2048 rows) most pairs are known maxima
+# and the few recomputed ones spread over every tile (0.92 a row at 8192 tokens, k = 32,
+# over all 594 tiles, with pack_second's rounded second maxima): a program's MMA is mostly
+# empty rows.
 # 64 rows at 8 warps: 0.70 / 0.62 ms against 0.79 / 0.74 at 128 rows, 8192 / 16384 tokens,
 # k = 32 (sort, rescan and merge; the same bits; docs/h200/pass11/r1/rescan_sweep.txt);
 # at k = 8 with every pair recomputed (the dense path) 128 stays ahead, 0.57 against 0.67.
