@@ -125,7 +125,8 @@ def test_topk_is_invariant_across_the_second_maxima_threshold(k, dtype, weight_d
     k = 8 (known maxima are taken from the forward kernel), larger ones do not (every
     chosen tile is recomputed): with the threshold at 1000 rows, the slices of up to 129
     rows take the first path and the 2000- and 3000-row calls the second, and a row's
-    outputs are the same bits in every precision mode."""
+    outputs are the same bits in every precision mode. The slices' path at k = 8 is
+    pack_second's; at k = 16 pack_third's (EXACT_SECOND_MAX_MIN_K, since pass 19)."""
     monkeypatch.setattr(topk_forward, "SECOND_MAX_SMALL_TOKENS", 1000)
     hidden, weight, labels = _inputs(dtype=dtype, weight_dtype=weight_dtype)
     num_v = -(-V // 256)

@@ -144,14 +144,24 @@ def test_the_chunk_does_not_depend_on_the_tokens():
 
 @pytest.mark.parametrize("vocab", [151936, 152064])
 def test_tokens_a_launch(vocab):
-    """The tiles' maxima (4 bytes a tile and row; 8 with their second maxima) and the
-    chunks' statistics of 16384 tokens (8192 with the second maxima; 4096 at k = 8, where
-    small launches store them) fit the partial budget at V ~ 152k, under batch invariance
-    or not: one launch (the row block of _topk_range)."""
+    """The tiles' maxima (4 bytes a tile and row; 8 with their second maxima, 12 exact) and
+    the chunks' statistics of 16384 tokens (8192 with the second maxima; 4096 at k = 8,
+    where small launches store them; 2048 exact, at k = 16 and 32) fit the partial budget
+    at V ~ 152k, under batch invariance or not: one launch (the row block of
+    _topk_range)."""
     num_v = math.ceil(vocab / CFG.block_v)
     for chunk in (None, invariant_chunk_tiles(num_v, 132, CFG)):
-        for k, n in ((1, 16384), (8, 16384), (8, 4096), (32, 8192)):
-            *_, block = topk_forward._launch_plan(
+        for k, n, stored in ((1, 16384, 0), (8, 16384, 0), (8, 4096, 1), (32, 8192, 1),
+                             (16, 2048, 2), (32, 2048, 2)):
+            second, _, block = topk_forward._launch_plan(
                 num_v, k, invariant_chunk_tiles(num_v, 132, CFG), chunk is not None, n,
                 CFG.block_m, CFG.block_v)
-            assert block >= n, (k, n, chunk)
+            assert block >= n and second == stored, (k, n, chunk)
+    # fp32 operands' 64-column tiles: the exact second maxima's 12 bytes a tile fit 1920
+    # rows a launch; they are taken only where they add no launch (the rounded ones fit
+    # 2816 rows: one launch up to there)
+    num_v = math.ceil(vocab / 64)
+    chunk = invariant_chunk_tiles(num_v, 132, topk_forward.TOPK_FP32)
+    plans = {n: topk_forward._launch_plan(num_v, 16, chunk, True, n, 128, 64)
+             for n in (1920, 1921, 2048)}
+    assert [(plans[n][0], plans[n][2]) for n in plans] == [(2, 1920), (1, 2816), (1, 2816)]

@@ -191,7 +191,9 @@ def topk_stats_kernel(
 # with the second maxima, three times with the exact ones (at most 2048 rows); k = 1: the
 # splits' argmaxima, [splits, N] values and ids) and the statistics (16 bytes a chunk, 66
 # chunks at V ~ 152k under batch invariance; else a split), stay under this, in row blocks
-# past it (56 MiB: 16384 tokens in one launch at V ~ 152k, 8192 with the second maxima);
+# past it (56 MiB: 16384 tokens in one launch at V ~ 152k, ~10k with the second maxima,
+# 7168 with the exact ones; fp32 operands' 64-column tiles, four times as many: 1920 rows
+# with the exact ones, which _launch_plan takes only where they add no launch);
 # where a row has too many tiles for merge_topk.py the host picks its k tiles a block of
 # rows at a time with about MERGE_BUDGET_BYTES of sort temporaries: the issue's forward
 # target is <= 64 MiB beyond the outputs (docs/BENCHMARKS.md).
@@ -233,12 +235,12 @@ SECOND_MAX_SMALL_TOKENS = 4096
 # benchmark's logits (docs/cpu/topk_recomputed_tiles.txt) pack_second leaves 0.9
 # recomputed tiles a row at k = 32 and 0.06 at k = 8; pack_third 0.015 and 0. Measured
 # on one H100 (docs/BENCHMARKS.md, passes 18 and 19: the whole top-k, exact / rounded,
-# bursts / synchronized; the same bits): k = 32 0.839 / 0.880 at 256 tokens, 0.912 / 0.882
-# at 1024, 0.966 / 0.911 at 2048, 0.993 / 1.003 at 4096 (the forward kernel 6-8% slower,
-# the rescan 0.26-0.28x); k = 16 0.955 / 0.972 at 256, 0.974 / 0.968 at 1024, 0.976 /
+# bursts / synchronized, bf16; the same bits): k = 32 0.839 / 0.880 at 256 tokens, 0.912 /
+# 0.882 at 1024, 0.966 / 0.911 at 2048, 0.993 / 1.003 at 4096 (there the forward kernel
+# 6% slower, the rescan 0.28x); k = 16 0.955 / 0.972 at 256, 0.974 / 0.968 at 1024, 0.976 /
 # 0.973 at 2048; k = 8 0.978 / 0.978 at 256 tokens, 1.017 / 0.987 at 1024, 1.014 / 1.034
-# at 4096. k between 8 and 16 (9-15) not timed (they keep pack_second), nor k = 16 at
-# 4096 tokens.
+# at 4096. Not timed: k = 9-15 (they keep pack_second), k = 17-31 (they take pack_third,
+# bracketed by 16 and 32), k = 16 at 4096 tokens, fp32 operands.
 EXACT_SECOND_MAX_TOKENS = 2048
 EXACT_SECOND_MAX_MIN_K = 16
 
@@ -400,16 +402,23 @@ def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None, second: int
 def _launch_plan(num_v: int, k: int, chunk_tiles: int, invariant: bool, n_tokens: int,
                  block_m: int, block_v: int):
     """(second maxima stored, _partial_bytes, rows a launch) for a range of ``n_tokens``
-    rows: the second maxima decided once for every row block alike; a launch's rows within
-    TOPK_PARTIAL_BUDGET_BYTES with room for as many splits as the invariant chunks
-    (``chunk_tiles`` tiles each; invariant, they are the splits; else _splits fits
-    choose_splits' count to that room), a whole number of token tiles."""
+    rows: the second maxima decided once for every row block alike (the exact ones only
+    where they take no more row blocks than the rounded ones: fp32 operands' narrow tiles
+    at 1921-2048 rows keep pack_second); a launch's rows within TOPK_PARTIAL_BUDGET_BYTES
+    with room for as many splits as the invariant chunks (``chunk_tiles`` tiles each;
+    invariant, they are the splits; else _splits fits choose_splits' count to that room), a
+    whole number of token tiles."""
+    def plan(second):
+        fixed_bytes, split_bytes = _partial_bytes(num_v, k, chunk_tiles if invariant else None,
+                                                  second)
+        per_row = fixed_bytes + split_bytes * cdiv(num_v, chunk_tiles)
+        block = max(block_m, TOPK_PARTIAL_BUDGET_BYTES // per_row // block_m * block_m)
+        return second, (fixed_bytes, split_bytes), block
+
     second = _second_max(num_v, k, n_tokens, block_v)
-    fixed_bytes, split_bytes = _partial_bytes(num_v, k, chunk_tiles if invariant else None,
-                                              second)
-    per_row = fixed_bytes + split_bytes * cdiv(num_v, chunk_tiles)
-    block = max(block_m, TOPK_PARTIAL_BUDGET_BYTES // per_row // block_m * block_m)
-    return second, (fixed_bytes, split_bytes), block
+    if second == 2 and cdiv(n_tokens, plan(2)[2]) > cdiv(n_tokens, plan(1)[2]):
+        second = 1
+    return plan(second)
 
 
 def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
