@@ -160,8 +160,10 @@ def test_tokens_a_launch(vocab):
     # fp32 operands' 64-column tiles: the exact second maxima's 12 bytes a tile fit 1920
     # rows a launch; they are taken only where they add no launch (the rounded ones fit
     # 2816 rows: one launch up to there)
-    num_v = math.ceil(vocab / 64)
-    chunk = invariant_chunk_tiles(num_v, 132, topk_forward.TOPK_FP32)
-    plans = {n: topk_forward._launch_plan(num_v, 16, chunk, True, n, 128, 64)
+    fp32 = topk_forward.TOPK_FP32
+    num_v = math.ceil(vocab / fp32.block_v)
+    chunk = invariant_chunk_tiles(num_v, 132, fp32)
+    plans = {n: topk_forward._launch_plan(num_v, 16, chunk, True, n, fp32.block_m,
+                                          fp32.block_v)
              for n in (1920, 1921, 2048)}
     assert [(plans[n][0], plans[n][2]) for n in plans] == [(2, 1920), (1, 2816), (1, 2816)]

@@ -75,9 +75,9 @@ def test_topk_ranks_z_not_the_raw_logits(dtype, k):
 def test_second_maxima_change_no_bit(dtype, k, monkeypatch):
     """The top-k's three paths (topk_forward.SECOND_MAX_MIN_K and SECOND_MAX_SMALL_MIN_K,
     both set: second maxima from k = 2 or never; EXACT_SECOND_MAX_TOKENS and _MIN_K:
-    exact second maxima or rounded up): a chosen tile's maximum (and second) taken from the forward
-    kernel, or recomputed by the rescan, is the same logit to the bit; so are the ids (and
-    the statistics, which the second maxima do not touch)."""
+    exact second maxima or rounded up): a chosen tile's maximum (and second) taken from the
+    forward kernel, or recomputed by the rescan, is the same logit to the bit; so are the
+    ids (and the statistics, which the second maxima do not touch)."""
     from megatron_overlay.ops.kernels import topk_forward
     hidden, weight, labels, inv_t = _inputs(1029, 512, 20000, dtype, seed=3)
     weight[700:760] = weight[300:360]  # tied tiles' maxima, and a tile of two logits >= thr

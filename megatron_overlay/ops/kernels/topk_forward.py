@@ -415,10 +415,12 @@ def _launch_plan(num_v: int, k: int, chunk_tiles: int, invariant: bool, n_tokens
         block = max(block_m, TOPK_PARTIAL_BUDGET_BYTES // per_row // block_m * block_m)
         return second, (fixed_bytes, split_bytes), block
 
-    second = _second_max(num_v, k, n_tokens, block_v)
-    if second == 2 and cdiv(n_tokens, plan(2)[2]) > cdiv(n_tokens, plan(1)[2]):
-        second = 1
-    return plan(second)
+    planned = plan(_second_max(num_v, k, n_tokens, block_v))
+    if planned[0] == 2:
+        rounded = plan(1)
+        if cdiv(n_tokens, planned[2]) > cdiv(n_tokens, rounded[2]):
+            return rounded
+    return planned
 
 
 def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
