@@ -36,6 +36,57 @@ def test_ratios_are_paired_within_each_round():
     assert skewed["ours"][1:] == (pytest.approx(11.0 / 30.0), pytest.approx(3.0))
 
 
+def test_bracketed_pairing_follows_a_drifting_floor_within_the_round():
+    # the floor drifts through the round (the clock of a power-capped GPU wanders); each
+    # method runs at exactly 1.1x the floor of its moment: paired with the floor's bursts
+    # just before and after it, the ratio is 1.1; paired with the round's one floor
+    # burst, a method late in the round would read the drift as its own cost
+    clock = iter(range(100))
+    ran = []
+
+    def timed(name):
+        now = next(clock)
+        ran.append(name)
+        return (10.0 + now) * (1.1 if name != "gemm" else 1.0)
+
+    out = {n: timing.Timing(n) for n in ("gemm", "a", "b")}
+    for _ in range(2):
+        timing.bracketed(["b", "gemm", "a"], "gemm", timed, out)
+    assert ran == ["gemm", "b", "gemm", "a", "gemm"] * 2
+    assert out["gemm"].ms == [12.0, 17.0]  # the median of the round's three floor bursts
+    assert out["b"].ref_ms == [11.0, 16.0] and out["a"].ref_ms == [13.0, 18.0]
+    got = timing.paired_ratios(out, "gemm")
+    assert got["gemm"] == (1.0, 1.0, 1.0)
+    for name in ("a", "b"):
+        assert got[name] == pytest.approx((1.1, 1.1, 1.1))
+    # another reference (--baseline's "base") pairs by round, as before
+    assert timing.paired_ratios(out, "a")["b"] == pytest.approx(
+        ((11 / 13 + 16 / 18) / 2, 11 / 13, 16 / 18))
+    # no reference: each name once, in order, nothing bracketed
+    plain = {n: timing.Timing(n) for n in ("a", "b")}
+    timing.bracketed(["a", "b"], None, timed, plain)
+    assert [len(t.ms) for t in plain.values()] == [1, 1] and not plain["a"].ref_ms
+
+
+def test_bracketed_protocols_run_the_floor_around_every_method():
+    ran = []
+    fns = {m: (lambda x, m=m: ran.append(m)) for m in ("gemm", "a", "b")}
+    got = timing.interleaved(fns, [(0,)], 2, burst_ms=0.001, heat_s=0, warmup_calls=0,
+                             cuda=False, log=lambda s: None, bracket="gemm")
+    calls = got["gemm"].calls  # calls per burst (each method's are sized alike here)
+    bursts = [m for i, m in enumerate(ran[3:]) if i % calls == 0]  # after the sizing calls
+    # the other methods' order rotates from round to round, the floor around each
+    assert bursts == ["gemm", "a", "gemm", "b", "gemm", "gemm", "b", "gemm", "a", "gemm"]
+    assert all(len(got[m].ms) == 2 for m in fns) and len(got["a"].ref_ms) == 2
+    ran.clear()
+    got, ratios = timing.synchronized(fns, [(0,)], 2, "gemm", calls=2, cuda=False,
+                                      bracket=True)
+    # per round: a block is one untimed call and one timed; the floor's around each method
+    assert ran == ["gemm"] * 2 + ["a"] * 2 + ["gemm"] * 2 + ["b"] * 2 + ["gemm"] * 2 \
+        + ["gemm"] * 2 + ["b"] * 2 + ["gemm"] * 2 + ["a"] * 2 + ["gemm"] * 2
+    assert set(ratios) == {"gemm", "a", "b"} and got["b"].ref_name == "gemm"
+
+
 def test_a_method_without_rounds_or_reference_gets_no_ratio():
     assert timing.paired_ratios({"ours": _timing("ours", [1.0])}, "gemm") == {}
     broken = timing.Timing("peer", error="ImportError: not installed")

@@ -11,7 +11,9 @@ sum(log_probs) + sum(entropy)), which take no k: timed once a shape, in the firs
 row. Timed by
 tools/bench/timing.py (bursts; ``host_ms``: a call's enqueue time over a burst's first
 calls, timing.HOST_CALLS), with ``--sync`` also as single synchronized calls (``sync_ms``, ``sync_x``: the
-other protocol), then peak extra memory (for top-k, also beyond its outputs) and checks of
+other protocol); each ratio to the floor pairs a burst (a block of single calls) with the
+mean of the floor's just before and after it (``--pairing round``: with the floor's one of
+the round), then peak extra memory (for top-k, also beyond its outputs) and checks of
 the first rows against fp64. ``--baseline DIR``: DIR/megatron_overlay_base (the package of
 another commit, as for ``op --baseline``) runs beside ours as topk_base / at_base /
 at_base_fb, the counterparts of the selected methods, and each of ours gets ``vs_base``:
@@ -200,11 +202,13 @@ def check(hidden, weight, k) -> dict:
             "at_max_err": (at.double() - r_vals).abs().max().item()}
 
 
-def _timed(fns, args, clocks, log):
-    """name -> Timing of fns (each takes an input-set index), interleaved."""
+def _timed(fns, args, clocks, log, reference):
+    """name -> Timing of fns (each takes an input-set index), interleaved (each burst
+    bracketed by ``reference``'s unless --pairing round)."""
     return timing.interleaved(fns, [(0,), (1,)], args.rounds, burst_ms=args.burst_ms,
                               heat_s=args.heat_s, clocks=clocks, log=log,
-                              cuda=args.device == "cuda")
+                              cuda=args.device == "cuda",
+                              bracket=reference if args.pairing == "bracket" else None)
 
 
 def run_shape(n, h, v, ks, args, clocks, results, log):
@@ -224,10 +228,10 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
             if base not in K_FREE or k == ks[0]:
                 (fwd if base in FORWARD_ONLY else fb)[f"{base}@{k}"] = bind(make(k), k)
     with torch.no_grad():
-        got = _timed(fwd, args, clocks, log)
+        got = _timed(fwd, args, clocks, log, "gemm")
     ratios = timing.paired_ratios(got, "gemm")
     if fb:
-        got_fb = _timed(fb, args, clocks, log)
+        got_fb = _timed(fb, args, clocks, log, "gemm_fb")
         got.update(got_fb)
         ratios.update(timing.paired_ratios(got_fb, "gemm_fb"))
     single, single_ratios = {}, {}
@@ -238,7 +242,9 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
                                             if name in got and not got[name].error},
                                            [(0,), (1,)], args.rounds, ref, clocks=clocks,
                                            log=log, cuda=args.device == "cuda",
-                                           calls=args.sync_calls, order=args.sync_order)
+                                           calls=args.sync_calls, order=args.sync_order,
+                                           bracket=args.pairing == "bracket"
+                                           and args.sync_order == "blocks")
             single.update(t)
             single_ratios.update(r)
     for name in ("gemm", "gemm_fb") if fb else ("gemm",):
@@ -380,11 +386,23 @@ def table(run: dict) -> str:
             return ""
         return f"{r['ms']:.3f}" + (f" / {r['sync_ms']:.3f}" if r.get("sync_ms") else "")
 
+    def clock(rec):
+        if rec.get("sm_mhz") is None:
+            return ""
+        return f"{rec['sm_mhz']:.0f}" + (f" / {rec['watts']:.0f}" if rec.get("watts") else "")
+
+    clocked = any(r.get("sm_mhz") is not None for r in floor.values())
     head = ["N, H, V:"] + [", ".join(map(str, s)) for s in shapes]
     synced = any("sync_x" in rec for per in ops.values() for rec in per.values())
     protocol = ("bursts of back-to-back calls / single synchronized calls "
                 f"({run.get('sync_order', 'blocks')}: each method's calls after one of its own)"
                 if synced else "bursts of back-to-back calls")
+    # runs before 2026-12-06 have no "pairing": each ratio was to the floor of its round
+    if run.get("pairing", "round") == "bracket":
+        protocol += ("; each burst (block) over the mean of the floor's just before and "
+                     "after it")
+    else:
+        protocol += "; each burst (block) over the floor's one of the same round"
     command = "python -m tools.bench " + shlex.join(run.get("argv", []))
     floors = [[{"gemm": "the floor, fwd: ms", "gemm_fb": "the floor, fwd+bwd: ms"}[g]]
               + [gemm_ms(g, s) for s in shapes] for g in ("gemm", "gemm_fb")
@@ -402,7 +420,15 @@ def table(run: dict) -> str:
         "beyond its outputs; fwd+bwd: the gradients included):",
         "",
         markdown(head, cells(host_memory)),
-    ]) + "\n"
+    ] + ([
+        "",
+        "SM clock in MHz / board power in W, medians over the bursts (where NVML read them):",
+        "",
+        markdown(head, cells(clock) + [
+            [{"gemm": "the floor, fwd", "gemm_fb": "the floor, fwd+bwd"}[g]]
+            + [clock(floor[g, s]) if (g, s) in floor else "" for s in shapes]
+            for g in ("gemm", "gemm_fb") if any((g, s) in floor for s in shapes)]),
+    ] if clocked else [])) + "\n"
 
 
 def add_arguments(p):
@@ -459,6 +485,7 @@ def main(args, argv) -> int:
     run = Run(args, argv)
     results: list = []
     meta = {**run.meta, "rounds": args.rounds, "burst_ms": args.burst_ms,
+            "pairing": args.pairing,
             **({"sync_order": args.sync_order} if args.sync else {})}
 
     def log(line: str) -> None:

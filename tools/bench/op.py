@@ -2,7 +2,8 @@
 
 Per shape (N tokens, H hidden, V vocab; bf16, T = 0.7), every method's forward (no grad) and
 forward+backward (a loss on the per-token outputs), timed by tools/bench/timing.py (bursts;
-with ``--sync`` also single synchronized calls), ratios to the GEMM floor paired per round;
+with ``--sync`` also single synchronized calls), ratios to the GEMM floor paired per round
+(each burst with the floor's bursts around it: --pairing);
 then each method's peak extra memory, its max abs error vs fp64 on the first tokens,
 "invariant_rows" (of those tokens, how many come out bitwise the same computed alone) and
 "fb_extra_gib" (the fb peak beyond the two bf16 gradients).
@@ -99,7 +100,8 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
         with ctx():
             got = timing.interleaved(live, inputs, args.rounds, burst_ms=args.burst_ms,
                                      heat_s=args.heat_s, clocks=clocks, log=log,
-                                     cuda=args.device == "cuda")
+                                     cuda=args.device == "cuda",
+                                     bracket="gemm" if args.pairing == "bracket" else None)
         ratios = timing.paired_ratios(got, "gemm")
         if args.sync:  # the same methods as single synchronized calls (the host's time shows)
             with ctx():  # those the bursts did not drop (their error is in the row)
@@ -107,7 +109,8 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
                     {m: f for m, f in live.items() if not got[m].error}, inputs,
                     args.rounds, "gemm", clocks=clocks, log=log,
                     cuda=args.device == "cuda", calls=args.sync_calls,
-                    order=args.sync_order)
+                    order=args.sync_order,
+                    bracket=args.pairing == "bracket" and args.sync_order == "blocks")
             for m, r in single_ratios.items():
                 rows[m][f"{phase}_sync_x"] = list(r)
             for m, t in single.items():
@@ -240,7 +243,8 @@ def main(args, argv) -> int:
     run = Run(args, argv)
     log, out = run.log, run.out
     meta = {**run.meta, "triton": _version("triton"), "rounds": args.rounds,
-            "burst_ms": args.burst_ms, "heat_s": args.heat_s, "logits": args.logits,
+            "burst_ms": args.burst_ms, "heat_s": args.heat_s, "pairing": args.pairing,
+            "logits": args.logits,
             "labels": args.labels, "temperature": args.temperature,
             **({"sync_order": args.sync_order} if args.sync else {})}
     log(json.dumps(meta))

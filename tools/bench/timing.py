@@ -8,6 +8,13 @@ Why this protocol (measured: docs/BENCHMARKS.md, "Which figures hold"):
     to round, so that drift (power, temperature) falls on all methods alike;
   - paired ratios: a method's ratio to the reference is taken within each round and the
     median over rounds is reported, with its spread, instead of a ratio of two medians;
+  - bracketed pairing (``bracket``, the tools' default): within a round the reference runs
+    before every other method's burst and after the last, and each burst's ratio is to
+    the mean of the two reference bursts around it. On a power-capped GPU the clock
+    wanders by a few percent between bursts seconds apart (pass 19's H100 at its 700 W
+    limit: the GEMM's three rounds at 32768 tokens 56.35 / 58.78 / 58.87 ms), so a
+    round's one reference burst, up to a round away from a method's, moved every ratio
+    of that round by as much;
   - a heat-up of the GPU to its steady power state before the first round, and inputs
     rotated between calls (each set larger than the 50 MB L2).
 ``burst_ms`` sets how much work a burst holds; ``calls`` = ceil(burst_ms / one call's ms).
@@ -36,6 +43,10 @@ class Timing:
     watts: list = field(default_factory=list)
     host_ms: list = field(default_factory=list)
     error: str | None = None
+    # bracketed pairing: per round, the mean of the reference's bursts just before and
+    # after this method's (``ref_name``'s; paired_ratios uses it against that reference)
+    ref_ms: list = field(default_factory=list)
+    ref_name: str | None = None
 
     @property
     def median_ms(self):
@@ -84,11 +95,15 @@ def heat(fn, inputs, seconds: float, cuda: bool = True) -> None:
 
 def interleaved(fns: dict, inputs, rounds: int, *, burst_ms: float = 300.0,
                 heat_s: float = 2.0, warmup_calls: int = 2, clocks=None, single: bool = False,
-                rotate_order: bool = True, cuda: bool = True, log=print) -> dict:
+                rotate_order: bool = True, cuda: bool = True, log=print,
+                bracket: str | None = None) -> dict:
     """Time every fn in ``fns`` (name -> callable) ``rounds`` times, interleaved.
 
     ``single``: one call per timing and a sync after it (the old protocol, kept for
-    ``--diagnose``). A method that raises is dropped with its error recorded."""
+    ``--diagnose``). A method that raises is dropped with its error recorded.
+    ``bracket``: the reference's name (one of ``fns``): each round runs it before every
+    other method and after the last (``bracketed``); its figure for the round is the
+    median of those bursts."""
     out = {name: Timing(name) for name in fns}
     live = []
     for name, fn in fns.items():  # compile, autotune, and size the bursts
@@ -108,21 +123,55 @@ def interleaved(fns: dict, inputs, rounds: int, *, burst_ms: float = 300.0,
     if live and heat_s > 0:
         heat(fns[live[0]], inputs, heat_s, cuda=cuda)
     for r in range(rounds if live else 0):  # none left: each has its error
-        order = live[r % len(live):] + live[:r % len(live)] if rotate_order else list(live)
-        for name in order:
+        ref = bracket if bracket in live else None
+        order = rotated([name for name in live if name != ref], r if rotate_order else 0)
+
+        def timed(name):
             t = out[name]
             t0 = time.perf_counter()
             ms = burst(fns[name], inputs, t.calls, r, host=t.host_ms, cuda=cuda)
             t1 = time.perf_counter()
-            t.ms.append(ms)
             got = clocks.window(t0, t1) if clocks is not None else None
             if got is not None:
                 t.sm_mhz.append(got[0])
                 t.watts.append(got[1])
+            return ms
+
+        bracketed(order, ref, timed, out)
     return out
 
 
+def rotated(names: list, r: int) -> list:
+    """``names`` rotated left by ``r`` (round r's order)."""
+    return names[r % len(names):] + names[:r % len(names)] if names else []
+
+
+def bracketed(order: list, reference: str | None, timed, out: dict) -> None:
+    """One round: ``timed(name)`` -> ms of each name in ``order``, appended to its
+    Timing's ``ms``; with a ``reference`` (in ``order``), it runs first and again after
+    every other name, each other name's ``ref_ms`` gets the mean of the two reference
+    runs around it, and the reference's ``ms`` the median of its runs."""
+    if reference is None:
+        for name in order:
+            out[name].ms.append(timed(name))
+        return
+    runs = [timed(reference)]
+    for name in order:
+        if name == reference:
+            continue
+        t = out[name]
+        t.ms.append(timed(name))
+        runs.append(timed(reference))
+        # None: a run that raised (synchronized's timed); the caller drops its figures
+        pair = runs[-2:]
+        t.ref_ms.append(None if None in pair else sum(pair) / 2)
+        t.ref_name = reference
+    done = [ms for ms in runs if ms is not None]
+    out[reference].ms.append(statistics.median(done) if done else None)
+
+
 SYNC_ORDERS = ("blocks", "interleaved")
+PAIRINGS = ("bracket", "round")
 PHASES = ("fwd", "fb")
 
 
@@ -141,7 +190,7 @@ def parse_phases(parser: argparse.ArgumentParser, text: str) -> list[str]:
 
 def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
                  cuda: bool = True, log=print, calls: int | None = None,
-                 order: str = "blocks") -> tuple[dict, dict]:
+                 order: str = "blocks", bracket: bool = False) -> tuple[dict, dict]:
     """The other protocol, beside the bursts: each fn as single synchronized calls (the
     host's time shows), ``calls`` of them (default ``4 x rounds``), no heat-up (the bursts
     ran first). Returns (name -> Timing, name -> paired ratio to ``reference``).
@@ -154,7 +203,9 @@ def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
     tokens a GEMM after a fused-op call took 14.42 ms and the fused op after a GEMM 15.30,
     1.061x; each after itself 15.05 and 15.05, 1.000x), so interleaving gives each method
     a different predecessor; in blocks every method follows itself. A single call's ratio
-    spreads by +-5%: more calls narrow the median."""
+    spreads by +-5%: more calls narrow the median. ``bracket`` (blocks only): the
+    reference's block runs before every other method's and after the last, each method
+    paired with the mean of the two around it (``bracketed``)."""
     if order not in SYNC_ORDERS:
         raise ValueError(f"order must be one of {SYNC_ORDERS}, got {order!r}")
     calls = calls or 4 * rounds
@@ -166,38 +217,47 @@ def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
     got = {name: Timing(name) for name in fns}
     live = list(fns)
     for r in range(rounds if live else 0):
-        for name in live[r % len(live):] + live[:r % len(live)]:
+
+        def timed(name):  # a block's median; None where the method raised
             fn, t = fns[name], got[name]
-            if t.error:
-                continue
             try:
                 burst(fn, inputs, 1, r, cuda=cuda)  # untimed: the GPU's state after it
                 t0 = time.perf_counter()
                 block = [burst(fn, inputs, 1, r + i + 1, cuda=cuda) for i in range(per_block)]
             except Exception as e:  # as interleaved: recorded, the others go on
                 t.error = f"{type(e).__name__}: {str(e)[:300]}"
-                t.ms.clear()
                 log(f"  {name} (sync): {t.error}")
-                continue
+                return None
             t1 = time.perf_counter()
-            t.ms.append(statistics.median(block))
             t.calls = per_block
             window = clocks.window(t0, t1) if clocks is not None else None
             if window is not None:
                 t.sm_mhz.append(window[0])
                 t.watts.append(window[1])
+            return statistics.median(block)
+
+        live = [name for name in live if not got[name].error]
+        ref = reference if bracket and reference in live else None
+        bracketed(rotated([name for name in live if name != ref], r), ref, timed, got)
+        order = live
+        for name in order:  # a method that raised: no figures (a reference that raised
+            if got[name].error:  # leaves the others none to be paired with)
+                got[name].ms.clear()
+                got[name].ref_ms.clear()
     return got, paired_ratios(got, reference)
 
 
 def paired_ratios(timings: dict, reference: str) -> dict:
-    """name -> (median, min, max) over rounds of ms[name][r] / ms[reference][r]."""
+    """name -> (median, min, max) over rounds of ms[name][r] / ms[reference][r], or of
+    ms[name][r] / ref_ms[r] where the method was bracketed by ``reference``."""
     ref = timings.get(reference)
     if ref is None or not ref.ms:
         return {}
     out = {}
     for name, t in timings.items():
-        if t.ms and len(t.ms) == len(ref.ms):
-            per_round = [a / b for a, b in zip(t.ms, ref.ms)]
+        against = t.ref_ms if t.ref_name == reference and name != reference else ref.ms
+        if t.ms and len(t.ms) == len(against):
+            per_round = [a / b for a, b in zip(t.ms, against)]
             out[name] = (statistics.median(per_round), min(per_round), max(per_round))
     return out
 
@@ -224,6 +284,11 @@ def timing_options(p: argparse.ArgumentParser, rounds: int = 7) -> None:
                    help="with --sync: single synchronized calls a method (default 4 x "
                         "--rounds; blocks order: rounded up to a multiple of --rounds, "
                         "each after one untimed call)")
+    p.add_argument("--pairing", choices=PAIRINGS, default="bracket",
+                   help="a method's ratio to the floor: to the mean of the floor's bursts "
+                        "(or --sync blocks) just before and after it, the floor run between "
+                        "every two methods (bracket, the default), or to the floor's one "
+                        "burst of the same round (round, the protocol before 2026-12-06)")
     p.add_argument("--sync-order", choices=SYNC_ORDERS, default="blocks",
                    help="with --sync: each method's single calls in blocks, one block a "
                         "round after an untimed call (default), or interleaved call by call "
