@@ -8,13 +8,12 @@ at_ours_fb and at_torch_fb (log_softmax gather) forward+backward; logprob_ours a
 logprob_ours_fb (linear_logprob_entropy at labels = the ids' first column, copied once
 outside the timed calls into an [N] tensor as a caller holds labels; loss
 sum(log_probs) + sum(entropy)), which take no k: timed once a shape, in the first k's
-row. Timed by
-tools/bench/timing.py (bursts; ``host_ms``: a call's enqueue time over a burst's first
-calls, timing.HOST_CALLS), with ``--sync`` also as single synchronized calls (``sync_ms``, ``sync_x``: the
-other protocol); each ratio to the floor pairs a burst (a block of single calls) with the
-mean of the floor's just before and after it (``--pairing round``: with the floor's one of
-the round), then peak extra memory (for top-k, also beyond its outputs) and checks of
-the first rows against fp64. ``--baseline DIR``: DIR/megatron_overlay_base (the package of
+row. Timed by tools/bench/timing.py (bursts; ``host_ms``: a call's enqueue time over a
+burst's first calls, timing.HOST_CALLS), with ``--sync`` also as single synchronized calls
+(``sync_ms``, ``sync_x``: the other protocol); the floor's bursts (blocks of single calls)
+run before every method's and after the last, and each round's ratios are over the median
+of them (``--floor-bursts once``: one floor burst a round); then peak extra memory (for
+top-k, also beyond its outputs) and checks of the first rows against fp64. ``--baseline DIR``: DIR/megatron_overlay_base (the package of
 another commit, as for ``op --baseline``) runs beside ours as topk_base / at_base /
 at_base_fb, the counterparts of the selected methods, and each of ours gets ``vs_base``:
 its time over base's, paired per round (host times compare only within one process).
@@ -204,11 +203,12 @@ def check(hidden, weight, k) -> dict:
 
 def _timed(fns, args, clocks, log, reference):
     """name -> Timing of fns (each takes an input-set index), interleaved (each burst
-    bracketed by ``reference``'s unless --pairing round)."""
+    ``reference``'s bursts between the others' unless --floor-bursts once)."""
     return timing.interleaved(fns, [(0,), (1,)], args.rounds, burst_ms=args.burst_ms,
                               heat_s=args.heat_s, clocks=clocks, log=log,
                               cuda=args.device == "cuda",
-                              bracket=reference if args.pairing == "bracket" else None)
+                              bracket=reference if args.floor_bursts == "between"
+                              else None)
 
 
 def run_shape(n, h, v, ks, args, clocks, results, log):
@@ -243,7 +243,7 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
                                            [(0,), (1,)], args.rounds, ref, clocks=clocks,
                                            log=log, cuda=args.device == "cuda",
                                            calls=args.sync_calls, order=args.sync_order,
-                                           bracket=args.pairing == "bracket"
+                                           bracket=args.floor_bursts == "between"
                                            and args.sync_order == "blocks")
             single.update(t)
             single_ratios.update(r)
@@ -397,8 +397,12 @@ def table(run: dict) -> str:
     protocol = ("bursts of back-to-back calls / single synchronized calls "
                 f"({run.get('sync_order', 'blocks')}: each method's calls after one of its own)"
                 if synced else "bursts of back-to-back calls")
-    # runs before 2026-12-06 have no "pairing": each ratio was to the floor of its round
-    if run.get("pairing", "round") == "bracket":
+    # runs before 2026-12-06 name no floor schedule: one floor burst (block) a round; pass
+    # 20's first two runs ("pairing": "bracket") paired each burst with the two around it
+    if run.get("floor_bursts") == "between":
+        protocol += ("; the floor's burst (block) before every method's and after the "
+                     "last, each ratio over the median of its round's")
+    elif run.get("pairing") == "bracket":
         protocol += ("; each burst (block) over the mean of the floor's just before and "
                      "after it")
     else:
@@ -485,7 +489,7 @@ def main(args, argv) -> int:
     run = Run(args, argv)
     results: list = []
     meta = {**run.meta, "rounds": args.rounds, "burst_ms": args.burst_ms,
-            "pairing": args.pairing,
+            "floor_bursts": args.floor_bursts,
             **({"sync_order": args.sync_order} if args.sync else {})}
 
     def log(line: str) -> None:

@@ -3,7 +3,7 @@
 Per shape (N tokens, H hidden, V vocab; bf16, T = 0.7), every method's forward (no grad) and
 forward+backward (a loss on the per-token outputs), timed by tools/bench/timing.py (bursts;
 with ``--sync`` also single synchronized calls), ratios to the GEMM floor paired per round
-(each burst with the floor's bursts around it: --pairing);
+(the floor's bursts between the methods': --floor-bursts);
 then each method's peak extra memory, its max abs error vs fp64 on the first tokens,
 "invariant_rows" (of those tokens, how many come out bitwise the same computed alone) and
 "fb_extra_gib" (the fb peak beyond the two bf16 gradients).
@@ -101,7 +101,8 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
             got = timing.interleaved(live, inputs, args.rounds, burst_ms=args.burst_ms,
                                      heat_s=args.heat_s, clocks=clocks, log=log,
                                      cuda=args.device == "cuda",
-                                     bracket="gemm" if args.pairing == "bracket" else None)
+                                     bracket="gemm" if args.floor_bursts == "between"
+                                     else None)
         ratios = timing.paired_ratios(got, "gemm")
         if args.sync:  # the same methods as single synchronized calls (the host's time shows)
             with ctx():  # those the bursts did not drop (their error is in the row)
@@ -110,7 +111,7 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
                     args.rounds, "gemm", clocks=clocks, log=log,
                     cuda=args.device == "cuda", calls=args.sync_calls,
                     order=args.sync_order,
-                    bracket=args.pairing == "bracket" and args.sync_order == "blocks")
+                    bracket=args.floor_bursts == "between" and args.sync_order == "blocks")
             for m, r in single_ratios.items():
                 rows[m][f"{phase}_sync_x"] = list(r)
             for m, t in single.items():
@@ -243,7 +244,7 @@ def main(args, argv) -> int:
     run = Run(args, argv)
     log, out = run.log, run.out
     meta = {**run.meta, "triton": _version("triton"), "rounds": args.rounds,
-            "burst_ms": args.burst_ms, "heat_s": args.heat_s, "pairing": args.pairing,
+            "burst_ms": args.burst_ms, "heat_s": args.heat_s, "floor_bursts": args.floor_bursts,
             "logits": args.logits,
             "labels": args.labels, "temperature": args.temperature,
             **({"sync_order": args.sync_order} if args.sync else {})}

@@ -8,13 +8,15 @@ Why this protocol (measured: docs/BENCHMARKS.md, "Which figures hold"):
     to round, so that drift (power, temperature) falls on all methods alike;
   - paired ratios: a method's ratio to the reference is taken within each round and the
     median over rounds is reported, with its spread, instead of a ratio of two medians;
-  - bracketed pairing (``bracket``, the tools' default): within a round the reference runs
-    before every other method's burst and after the last, and each burst's ratio is to
-    the mean of the two reference bursts around it. On a power-capped GPU the clock
-    wanders by a few percent between bursts seconds apart (pass 19's H100 at its 700 W
-    limit: the GEMM's three rounds at 32768 tokens 56.35 / 58.78 / 58.87 ms), so a
-    round's one reference burst, up to a round away from a method's, moved every ratio
-    of that round by as much;
+  - the floor between the methods (``bracket``, the tools' default): within a round the
+    reference runs before every other method's burst and after the last, and its figure
+    for the round is the median of those bursts: a reference of many bursts spread over
+    the round, where one burst a round, up to a round's length away from a method's, moved
+    every ratio of its round with it. On a power-capped GPU bursts seconds apart differ by
+    a few percent (pass 19's H100 at its 700 W limit: the GEMM's three rounds at 32768
+    tokens 56.35 / 58.78 / 58.87 ms); pairing each burst with the mean of the two floor
+    bursts around it instead gave wider spreads over the rounds than this median in pass
+    20's run (docs/cpu/pairing_spread.py): the bursts' differences are mostly not drift;
   - a heat-up of the GPU to its steady power state before the first round, and inputs
     rotated between calls (each set larger than the 50 MB L2).
 ``burst_ms`` sets how much work a burst holds; ``calls`` = ceil(burst_ms / one call's ms).
@@ -43,10 +45,6 @@ class Timing:
     watts: list = field(default_factory=list)
     host_ms: list = field(default_factory=list)
     error: str | None = None
-    # bracketed pairing: per round, the mean of the reference's bursts just before and
-    # after this method's (``ref_name``'s; paired_ratios uses it against that reference)
-    ref_ms: list = field(default_factory=list)
-    ref_name: str | None = None
 
     @property
     def median_ms(self):
@@ -103,7 +101,7 @@ def interleaved(fns: dict, inputs, rounds: int, *, burst_ms: float = 300.0,
     ``--diagnose``). A method that raises is dropped with its error recorded.
     ``bracket``: the reference's name (one of ``fns``): each round runs it before every
     other method and after the last (``bracketed``); its figure for the round is the
-    median of those bursts."""
+    median of those bursts, which paired_ratios pairs each method's with."""
     out = {name: Timing(name) for name in fns}
     live = []
     for name, fn in fns.items():  # compile, autotune, and size the bursts
@@ -148,30 +146,23 @@ def rotated(names: list, r: int) -> list:
 
 def bracketed(order: list, reference: str | None, timed, out: dict) -> None:
     """One round: ``timed(name)`` -> ms of each name in ``order``, appended to its
-    Timing's ``ms``; with a ``reference`` (in ``order``), it runs first and again after
-    every other name, each other name's ``ref_ms`` gets the mean of the two reference
-    runs around it, and the reference's ``ms`` the median of its runs."""
+    Timing's ``ms``; with a ``reference`` (not in ``order``), it runs first and again after
+    every name, and its ``ms`` gets the median of its runs (None where ``timed`` gave None
+    for all: synchronized's, for a method that raised)."""
     if reference is None:
         for name in order:
             out[name].ms.append(timed(name))
         return
     runs = [timed(reference)]
     for name in order:
-        if name == reference:
-            continue
-        t = out[name]
-        t.ms.append(timed(name))
+        out[name].ms.append(timed(name))
         runs.append(timed(reference))
-        # None: a run that raised (synchronized's timed); the caller drops its figures
-        pair = runs[-2:]
-        t.ref_ms.append(None if None in pair else sum(pair) / 2)
-        t.ref_name = reference
     done = [ms for ms in runs if ms is not None]
     out[reference].ms.append(statistics.median(done) if done else None)
 
 
 SYNC_ORDERS = ("blocks", "interleaved")
-PAIRINGS = ("bracket", "round")
+FLOOR_BURSTS = ("between", "once")
 PHASES = ("fwd", "fb")
 
 
@@ -204,8 +195,8 @@ def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
     1.061x; each after itself 15.05 and 15.05, 1.000x), so interleaving gives each method
     a different predecessor; in blocks every method follows itself. A single call's ratio
     spreads by +-5%: more calls narrow the median. ``bracket`` (blocks only): the
-    reference's block runs before every other method's and after the last, each method
-    paired with the mean of the two around it (``bracketed``)."""
+    reference's block runs before every other method's and after the last, its figure for
+    the round the median of those blocks (``bracketed``)."""
     if order not in SYNC_ORDERS:
         raise ValueError(f"order must be one of {SYNC_ORDERS}, got {order!r}")
     calls = calls or 4 * rounds
@@ -243,21 +234,18 @@ def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
         for name in order:  # a method that raised: no figures (a reference that raised
             if got[name].error:  # leaves the others none to be paired with)
                 got[name].ms.clear()
-                got[name].ref_ms.clear()
     return got, paired_ratios(got, reference)
 
 
 def paired_ratios(timings: dict, reference: str) -> dict:
-    """name -> (median, min, max) over rounds of ms[name][r] / ms[reference][r], or of
-    ms[name][r] / ref_ms[r] where the method was bracketed by ``reference``."""
+    """name -> (median, min, max) over rounds of ms[name][r] / ms[reference][r]."""
     ref = timings.get(reference)
     if ref is None or not ref.ms:
         return {}
     out = {}
     for name, t in timings.items():
-        against = t.ref_ms if t.ref_name == reference and name != reference else ref.ms
-        if t.ms and len(t.ms) == len(against):
-            per_round = [a / b for a, b in zip(t.ms, against)]
+        if t.ms and len(t.ms) == len(ref.ms):
+            per_round = [a / b for a, b in zip(t.ms, ref.ms)]
             out[name] = (statistics.median(per_round), min(per_round), max(per_round))
     return out
 
@@ -284,11 +272,11 @@ def timing_options(p: argparse.ArgumentParser, rounds: int = 7) -> None:
                    help="with --sync: single synchronized calls a method (default 4 x "
                         "--rounds; blocks order: rounded up to a multiple of --rounds, "
                         "each after one untimed call)")
-    p.add_argument("--pairing", choices=PAIRINGS, default="bracket",
-                   help="a method's ratio to the floor: to the mean of the floor's bursts "
-                        "(or --sync blocks) just before and after it, the floor run between "
-                        "every two methods (bracket, the default), or to the floor's one "
-                        "burst of the same round (round, the protocol before 2026-12-06)")
+    p.add_argument("--floor-bursts", choices=FLOOR_BURSTS, default="between",
+                   help="the floor's bursts (--sync: blocks) in a round: before every "
+                        "method's and after the last, its round's figure their median "
+                        "(between, the default), or one in the rotation (once, the "
+                        "protocol before 2026-12-06)")
     p.add_argument("--sync-order", choices=SYNC_ORDERS, default="blocks",
                    help="with --sync: each method's single calls in blocks, one block a "
                         "round after an untimed call (default), or interleaved call by call "

@@ -88,13 +88,17 @@ def _round_up_bf16(value):
     return tl.where(bits >= 0, bits + 0xFFFF, bits) & -65536  # toward +inf (sign: truncate)
 
 
+# pack_third packs each of the two columns in 8 bits: tiles of at most this many columns
+PACK_THIRD_MAX_COLUMNS = 256
+
+
 @triton.jit
 def pack_third(acc, acc_max, at, rank):
     """(second, packed): each row's second largest raw logit of the tile times ``rank``,
     exact (z, the bits the rescan computes), and int32: the third largest z, rounded up to
     bfloat16 (high 16 bits; +inf where the row has a NaN among them: no proof), the
-    second's column (bits 8-15) and the maximum's ``at`` (bits 0-7; tiles of at most 256
-    columns). A chosen tile whose third lies below thr holds at most two z >= thr, both
+    second's column (bits 8-15) and the maximum's ``at`` (bits 0-7; tiles of at most
+    PACK_THIRD_MAX_COLUMNS columns). A chosen tile whose third lies below thr holds at most two z >= thr, both
     known. The same logit twice (ties) is the maximum and the second, in column order."""
     cols = tl.arange(0, acc.shape[1])[None, :]
     second, at2 = tl.max(tl.where(cols == at[:, None], float("-inf"), acc), axis=1,
@@ -379,13 +383,13 @@ def _second_max(num_v: int, k: int, n_rows: int, block_v: int) -> int:
     (the kernel's ``SECOND``): 0 nothing, 1 the second maxima rounded up (pack_second;
     SECOND_MAX_MIN_K, SECOND_MAX_SMALL_MIN_K), 2 the second maxima exactly and the third
     rounded up (pack_third; EXACT_SECOND_MAX_TOKENS, EXACT_SECOND_MAX_MIN_K; tiles of at
-    most 256 columns, whose columns pack_third packs in 8 bits: every config of this file
-    is, a ``config`` given to topk_stats need not be)."""
+    most PACK_THIRD_MAX_COLUMNS: every config of this file is, a ``config`` given to
+    topk_stats need not be)."""
     from_k = SECOND_MAX_SMALL_MIN_K if n_rows <= SECOND_MAX_SMALL_TOKENS else SECOND_MAX_MIN_K
     if not (k >= max(2, from_k) and num_v <= MERGE_TOPK_MAX_CANDIDATES):
         return 0
     exact = n_rows <= EXACT_SECOND_MAX_TOKENS and k >= EXACT_SECOND_MAX_MIN_K
-    return 2 if exact and block_v <= 256 else 1
+    return 2 if exact and block_v <= PACK_THIRD_MAX_COLUMNS else 1
 
 
 def _partial_bytes(num_v: int, k: int, chunk_tiles: int | None, second: int
