@@ -243,8 +243,10 @@ SECOND_MAX_SMALL_TOKENS = 4096
 # 0.882 at 1024, 0.966 / 0.911 at 2048, 0.993 / 1.003 at 4096 (there the forward kernel
 # 6% slower, the rescan 0.28x); k = 16 0.955 / 0.972 at 256, 0.974 / 0.968 at 1024, 0.976 /
 # 0.973 at 2048; k = 8 0.978 / 0.978 at 256 tokens, 1.017 / 0.987 at 1024, 1.014 / 1.034
-# at 4096. Not timed: k = 9-15 (they keep pack_second), k = 17-31 (they take pack_third,
-# bracketed by 16 and 32), k = 16 at 4096 tokens, fp32 operands.
+# at 4096. Pass 20: k = 12 0.976 / 0.988 at 256 and 1.007 / 0.997 at 1024 (k < 16 keeps
+# pack_second), k = 24 0.904 / 0.906 and 0.938 / 0.876; k = 16 at 4096 tokens 0.985 /
+# 0.986 paired, its medians disagreeing (1.090 against 1.070 over the GEMM in bursts): no
+# verdict, pack_second past 2048 rows. Not timed: fp32 operands.
 EXACT_SECOND_MAX_TOKENS = 2048
 EXACT_SECOND_MAX_MIN_K = 16
 
