@@ -558,3 +558,29 @@ def test_the_readmes_analyses_of_a_stored_run_print_what_it_quotes(script, expec
     out = subprocess.run([sys.executable, str(REPO / "docs" / "cpu" / script), str(stored)],
                          capture_output=True, text=True, check=True).stdout
     assert all(line in out for line in expected), out
+
+
+def test_the_floor_between_single_calls_survives_a_method_or_the_floor_raising():
+    # synchronized blocks with the floor between them: a method that raises mid-round is
+    # dropped, the others go on; a floor that raises is not run again and no ratio is made
+    ran = []
+    boom = RuntimeError("out of memory")
+
+    def method(name, fail_after=None):
+        def fn(x):
+            ran.append(name)
+            if fail_after is not None and ran.count(name) > fail_after:
+                raise boom
+        return fn
+
+    fns = {"gemm": method("gemm"), "a": method("a", fail_after=2), "b": method("b")}
+    got, ratios = timing.synchronized(fns, [(0,)], 3, "gemm", calls=3, cuda=False,
+                                      bracket=True, log=lambda s: None)
+    assert got["a"].error and got["a"].ms == [] and "a" not in ratios
+    assert len(got["b"].ms) == 3 and len(got["gemm"].ms) == 3 and ratios["b"][0] > 0
+    ran.clear()
+    fns = {"gemm": method("gemm", fail_after=3), "a": method("a"), "b": method("b")}
+    got, ratios = timing.synchronized(fns, [(0,)], 2, "gemm", calls=2, cuda=False,
+                                      bracket=True, log=lambda s: None)
+    assert got["gemm"].error and ratios == {}
+    assert ran.count("gemm") == 4  # two blocks of two calls, the second raising; not again

@@ -9,14 +9,15 @@ logprob_ours_fb (linear_logprob_entropy at labels = the ids' first column, copie
 outside the timed calls into an [N] tensor as a caller holds labels; loss
 sum(log_probs) + sum(entropy)), which take no k: timed once a shape, in the first k's
 row. Timed by tools/bench/timing.py (bursts; ``host_ms``: a call's enqueue time over a
-burst's first calls, timing.HOST_CALLS), with ``--sync`` also as single synchronized calls
-(``sync_ms``, ``sync_x``: the other protocol); the floor's bursts (blocks of single calls)
-run before every method's and after the last, and each round's ratios are over the median
-of them (``--floor-bursts once``: one floor burst a round); then peak extra memory (for
-top-k, also beyond its outputs) and checks of the first rows against fp64. ``--baseline DIR``: DIR/megatron_overlay_base (the package of
-another commit, as for ``op --baseline``) runs beside ours as topk_base / at_base /
-at_base_fb, the counterparts of the selected methods, and each of ours gets ``vs_base``:
-its time over base's, paired per round (host times compare only within one process).
+burst's first calls, timing.HOST_CALLS), with ``--sync`` also as single synchronized
+calls (``sync_ms``, ``sync_x``: the other protocol); the floor's bursts (blocks of single
+calls) run before every method's and after the last, and each round's ratios are over
+the median of them (``--floor-bursts once``: one floor burst a round); then peak extra
+memory (for top-k, also beyond its outputs) and checks of the first rows against fp64.
+``--baseline DIR``: DIR/megatron_overlay_base (the package of another commit, as for
+``op --baseline``) runs beside ours as topk_base / at_base / at_base_fb, the counterparts
+of the selected methods, and each of ours gets ``vs_base``: its time over base's, paired
+per round, one burst against one (host times compare only within one process).
 ``--device cpu``: a smoke run on tiny shapes (host-clock timings, no memory figures).
 Each run also writes table.md (``table``: the ratios of both protocols, host time and
 extra memory, per op and shape, headed by the machine and the command); ``--table
@@ -317,7 +318,7 @@ def sweep(n, h, v, k, args, clocks, log, split_counts=()) -> list:
                                           False, k, config=cfg, splits=splits)
         fns[cfg.name() + ("" if splits is None else f" splits={splits}")] = run
     with torch.no_grad():
-        got = _timed(fns, args, clocks, log)
+        got = _timed(fns, args, clocks, log, "gemm")
     ratios = timing.paired_ratios(got, "gemm")
     rows = []
     for name, t in got.items():
@@ -397,11 +398,13 @@ def table(run: dict) -> str:
     protocol = ("bursts of back-to-back calls / single synchronized calls "
                 f"({run.get('sync_order', 'blocks')}: each method's calls after one of its own)"
                 if synced else "bursts of back-to-back calls")
-    # runs before 2026-12-06 name no floor schedule: one floor burst (block) a round; pass
-    # 20's first two runs ("pairing": "bracket") paired each burst with the two around it
+    # runs that name no floor schedule (through pass 19) ran one floor burst (block) a
+    # round; pass 20's first two ("pairing": "bracket") paired each burst with the two
+    # around it. Single calls in the interleaved order are never bracketed.
+    block = " (block)" if synced and run.get("sync_order", "blocks") == "blocks" else ""
     if run.get("floor_bursts") == "between":
-        protocol += ("; the floor's burst (block) before every method's and after the "
-                     "last, each ratio over the median of its round's")
+        protocol += (f"; the floor's burst{block} before every method's and after the "
+                     f"last, each ratio over the median of its round's")
     elif run.get("pairing") == "bracket":
         protocol += ("; each burst (block) over the mean of the floor's just before and "
                      "after it")

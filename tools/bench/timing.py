@@ -16,7 +16,8 @@ Why this protocol (measured: docs/BENCHMARKS.md, "Which figures hold"):
     a few percent (pass 19's H100 at its 700 W limit: the GEMM's three rounds at 32768
     tokens 56.35 / 58.78 / 58.87 ms); pairing each burst with the mean of the two floor
     bursts around it instead gave wider spreads over the rounds than this median in pass
-    20's run (docs/cpu/pairing_spread.py): the bursts' differences are mostly not drift;
+    20's run (docs/cpu/pairing_spread.py, one run of 3 rounds): which suggests the
+    bursts' differences are mostly not drift;
   - a heat-up of the GPU to its steady power state before the first round, and inputs
     rotated between calls (each set larger than the 50 MB L2).
 ``burst_ms`` sets how much work a burst holds; ``calls`` = ceil(burst_ms / one call's ms).
@@ -209,8 +210,10 @@ def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
     live = list(fns)
     for r in range(rounds if live else 0):
 
-        def timed(name):  # a block's median; None where the method raised
+        def timed(name):  # a block's median; None where the method raised (now or before)
             fn, t = fns[name], got[name]
+            if t.error:  # a reference that raised earlier in the round: not run again
+                return None
             try:
                 burst(fn, inputs, 1, r, cuda=cuda)  # untimed: the GPU's state after it
                 t0 = time.perf_counter()
@@ -276,7 +279,8 @@ def timing_options(p: argparse.ArgumentParser, rounds: int = 7) -> None:
                    help="the floor's bursts (--sync: blocks) in a round: before every "
                         "method's and after the last, its round's figure their median "
                         "(between, the default), or one in the rotation (once, the "
-                        "protocol before 2026-12-06)")
+                        "protocol through pass 19); --sync-order interleaved: single calls "
+                        "never bracketed")
     p.add_argument("--sync-order", choices=SYNC_ORDERS, default="blocks",
                    help="with --sync: each method's single calls in blocks, one block a "
                         "round after an untimed call (default), or interleaved call by call "

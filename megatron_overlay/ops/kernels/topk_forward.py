@@ -98,8 +98,9 @@ def pack_third(acc, acc_max, at, rank):
     exact (z, the bits the rescan computes), and int32: the third largest z, rounded up to
     bfloat16 (high 16 bits; +inf where the row has a NaN among them: no proof), the
     second's column (bits 8-15) and the maximum's ``at`` (bits 0-7; tiles of at most
-    PACK_THIRD_MAX_COLUMNS columns). A chosen tile whose third lies below thr holds at most two z >= thr, both
-    known. The same logit twice (ties) is the maximum and the second, in column order."""
+    PACK_THIRD_MAX_COLUMNS columns). A chosen tile whose third lies below thr holds at
+    most two z >= thr, both known. The same logit twice (ties) is the maximum and the
+    second, in column order."""
     cols = tl.arange(0, acc.shape[1])[None, :]
     second, at2 = tl.max(tl.where(cols == at[:, None], float("-inf"), acc), axis=1,
                          return_indices=True, return_indices_tie_break_left=True)
@@ -243,10 +244,10 @@ SECOND_MAX_SMALL_TOKENS = 4096
 # 0.882 at 1024, 0.966 / 0.911 at 2048, 0.993 / 1.003 at 4096 (there the forward kernel
 # 6% slower, the rescan 0.28x); k = 16 0.955 / 0.972 at 256, 0.974 / 0.968 at 1024, 0.976 /
 # 0.973 at 2048; k = 8 0.978 / 0.978 at 256 tokens, 1.017 / 0.987 at 1024, 1.014 / 1.034
-# at 4096. Pass 20: k = 12 0.976 / 0.988 at 256 and 1.007 / 0.997 at 1024 (k < 16 keeps
-# pack_second), k = 24 0.904 / 0.906 and 0.938 / 0.876; k = 16 at 4096 tokens 0.985 /
-# 0.986 paired, its medians disagreeing (1.090 against 1.070 over the GEMM in bursts): no
-# verdict, pack_second past 2048 rows. Not timed: fp32 operands.
+# at 4096. Pass 20: k = 12 0.976 / 0.988 at 256 (k < 16 keeps pack_second), k = 24 0.904 /
+# 0.906 and 0.938 / 0.876 at 1024; k = 12 at 1024 and k = 16 at 4096 tokens: their paired
+# ratios and their medians over the GEMM disagree (no verdict; pack_second past 2048
+# rows). Not timed: k = 9-11, 13-15, 17-23, 25-31, fp32 operands.
 EXACT_SECOND_MAX_TOKENS = 2048
 EXACT_SECOND_MAX_MIN_K = 16
 
