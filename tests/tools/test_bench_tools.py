@@ -584,3 +584,17 @@ def test_the_floor_between_single_calls_survives_a_method_or_the_floor_raising()
                                       bracket=True, log=lambda s: None)
     assert got["gemm"].error and ratios == {}
     assert ran.count("gemm") == 4  # two blocks of two calls, the second raising; not again
+
+
+def test_the_distill_table_names_its_schedule(tmp_path):
+    # single calls interleaved call by call are never bracketed by the floor: the header
+    # says so; the bursts' floor runs between the methods (the default)
+    out = tmp_path / "interleaved"
+    assert bench(["distill", "--device", "cpu", "--shapes", "64,32,512", "--ks", "1",
+                  "--methods", "logprob_ours", "--phases", "fwd", "--rounds", "2",
+                  "--burst-ms", "2", "--heat-s", "0", "--sync", "--sync-order", "interleaved",
+                  "--out", str(out)]) == 0
+    head = (out / "table.md").read_text().split("\n\n")[1]
+    assert "(interleaved: one call of each method in turn)" in head
+    assert "the floor's burst before every method's and after the last" in head
+    assert "(block)" not in head

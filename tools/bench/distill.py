@@ -395,13 +395,15 @@ def table(run: dict) -> str:
     clocked = any(r.get("sm_mhz") is not None for r in floor.values())
     head = ["N, H, V:"] + [", ".join(map(str, s)) for s in shapes]
     synced = any("sync_x" in rec for per in ops.values() for rec in per.values())
-    protocol = ("bursts of back-to-back calls / single synchronized calls "
-                f"({run.get('sync_order', 'blocks')}: each method's calls after one of its own)"
-                if synced else "bursts of back-to-back calls")
+    order = run.get("sync_order", "blocks")
+    protocol = ("bursts of back-to-back calls / single synchronized calls " + (
+        "(blocks: each method's calls after one of its own)" if order == "blocks" else
+        f"({order}: one call of each method in turn)") if synced
+        else "bursts of back-to-back calls")
     # runs that name no floor schedule (through pass 19) ran one floor burst (block) a
     # round; pass 20's first two ("pairing": "bracket") paired each burst with the two
     # around it. Single calls in the interleaved order are never bracketed.
-    block = " (block)" if synced and run.get("sync_order", "blocks") == "blocks" else ""
+    block = " (block)" if synced and order == "blocks" else ""
     if run.get("floor_bursts") == "between":
         protocol += (f"; the floor's burst{block} before every method's and after the "
                      f"last, each ratio over the median of its round's")
