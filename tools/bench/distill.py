@@ -244,8 +244,7 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
                                            [(0,), (1,)], args.rounds, ref, clocks=clocks,
                                            log=log, cuda=args.device == "cuda",
                                            calls=args.sync_calls, order=args.sync_order,
-                                           bracket=args.floor_bursts == "between"
-                                           and args.sync_order == "blocks")
+                                           bracket=args.floor_bursts == "between")
             single.update(t)
             single_ratios.update(r)
     for name in ("gemm", "gemm_fb") if fb else ("gemm",):

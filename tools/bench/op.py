@@ -111,7 +111,7 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
                     args.rounds, "gemm", clocks=clocks, log=log,
                     cuda=args.device == "cuda", calls=args.sync_calls,
                     order=args.sync_order,
-                    bracket=args.floor_bursts == "between" and args.sync_order == "blocks")
+                    bracket=args.floor_bursts == "between")
             for m, r in single_ratios.items():
                 rows[m][f"{phase}_sync_x"] = list(r)
             for m, t in single.items():

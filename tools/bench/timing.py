@@ -195,9 +195,10 @@ def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
     tokens a GEMM after a fused-op call took 14.42 ms and the fused op after a GEMM 15.30,
     1.061x; each after itself 15.05 and 15.05, 1.000x), so interleaving gives each method
     a different predecessor; in blocks every method follows itself. A single call's ratio
-    spreads by +-5%: more calls narrow the median. ``bracket`` (blocks only): the
-    reference's block runs before every other method's and after the last, its figure for
-    the round the median of those blocks (``bracketed``)."""
+    spreads by +-5%: more calls narrow the median. ``bracket`` (blocks only; the
+    interleaved order ignores it): the reference's block runs before every other method's
+    and after the last, its figure for the round the median of those blocks
+    (``bracketed``)."""
     if order not in SYNC_ORDERS:
         raise ValueError(f"order must be one of {SYNC_ORDERS}, got {order!r}")
     calls = calls or 4 * rounds
@@ -233,8 +234,7 @@ def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
         live = [name for name in live if not got[name].error]
         ref = reference if bracket and reference in live else None
         bracketed(rotated([name for name in live if name != ref], r), ref, timed, got)
-        order = live
-        for name in order:  # a method that raised: no figures (a reference that raised
+        for name in live:  # a method that raised: no figures (a reference that raised
             if got[name].error:  # leaves the others none to be paired with)
                 got[name].ms.clear()
     return got, paired_ratios(got, reference)
