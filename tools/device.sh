@@ -27,6 +27,9 @@
 #                       megatron_overlay_base, another commit's package): both benchmarks
 #                       with --baseline, base beside ours in one process (host times
 #                       compare only so)
+#   suite WHEELS        every one-GPU `gpu` test, 0.19.2 through the overlay's wheel and the
+#                       pin, in four pytest processes at once (~6 min on an H100; one
+#                       process passes one call's 10 minutes; PART_TIMEOUT each, default 500 s)
 #   smoke WHEELS        every GPU subcommand of `python -m tools.bench`, tiny, one GPU (~3 min)
 # WHEELS holds upstream's megatron_core-<release>-*.whl; PEER_WHEELS the peers' wheels
 # (docs/BENCHMARKS.md says how they are made).
@@ -177,6 +180,27 @@ distill)
     --rounds ${ROUNDS:-5} ${BASE:+--baseline "$BASE"} --no-grad-check --out "$OUT/op" 2>&1 |
     tail -12
   ;;
+suite)
+  WHL=$(cd "$1" && pwd); site=/tmp/site-overlay-wheel
+  install_overlay_wheel 0.19.2 "$WHL" $site > /dev/null
+  export PYTHONPATH=$site:$PWD
+  part() {  # NAME FILES...: one pytest process, its log OUT/pytest_NAME.txt
+    local name=$1; shift
+    timeout "${PART_TIMEOUT:-500}" python3 -m pytest -q -p no:cacheprovider -rs -m gpu "$@" \
+      > "$OUT/pytest_$name.txt" 2>&1
+    echo "part $name rc=$?" >> "$OUT/pytest_$name.txt"
+  }
+  # the batch-invariance file alone: it took one process to 330 s on a fresh H100
+  part a tests/ops/test_batch_invariance_gpu.py &
+  part b tests/ops/test_cuda_graphs.py tests/ops/test_head_precision.py &
+  part c tests/ops/test_triton_distill_gpu.py &
+  part d tests/ops/test_triton_gpu.py tests/core/test_multi_gpu.py &
+  wait
+  tail -1 "$OUT/status.txt"
+  for p in a b c d; do
+    echo "== $p"; grep -E "passed|failed|error|FAILED|ERROR|rc=" "$OUT/pytest_$p.txt" | tail -12
+  done
+  ;;
 smoke)
   install_upstream 0.19.2 "$1" /tmp/site || exit 1
   export PYTHONPATH=/tmp/site:$PWD CUDA_VISIBLE_DEVICES=0
@@ -201,7 +225,7 @@ smoke)
     [ -f "$OUT/$i.log" ] && tail -3 "$OUT/$i.log"
   done
   ;;
-*) echo "unknown mode $MODE (verify, checks, protocols, peers, hybrid, multi-gpu, heads, modes, distill, smoke)"; exit 2 ;;
+*) echo "unknown mode $MODE (verify, checks, protocols, peers, hybrid, multi-gpu, heads, modes, distill, suite, smoke)"; exit 2 ;;
 esac
 if [ -n "${PACK:-}" ]; then
   tar -czf "$OUT.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")" && rm -rf "$OUT"

@@ -157,9 +157,20 @@ class TopkStage(Protocol):
 
 
 def _pick(device: torch.device) -> tuple[LogprobStages, TopkStage]:
-    wanted = os.environ.get(IMPL_ENV, "").strip().lower()
+    wanted = os.environ.get(IMPL_ENV, "")
+    picked = _picked.get((wanted, device.type))
+    if picked is None:  # the import statement and the checks: once per setting and device
+        picked = _picked[wanted, device.type] = _pick_uncached(wanted, device)
+    return picked
+
+
+_picked: dict = {}  # ($MEGATRON_OVERLAY_IMPL as set, device type) -> the stages
+
+
+def _pick_uncached(setting: str, device: torch.device) -> tuple[LogprobStages, TopkStage]:
+    wanted = setting.strip().lower()
     if wanted not in ("", "torch", "triton"):  # a typo would silently pick the default
-        raise ValueError(f"{IMPL_ENV}={os.environ[IMPL_ENV]!r}: set it to 'torch' (the "
+        raise ValueError(f"{IMPL_ENV}={setting!r}: set it to 'torch' (the "
                          f"chunked torch stages) or 'triton' (the Triton kernels), or unset "
                          f"it (Triton on CUDA, torch elsewhere)")
     if wanted != "torch" and (wanted == "triton" or device.type == "cuda"):

@@ -11,6 +11,7 @@ implementation needs Triton to import (not a GPU); without Triton it is skipped.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 from types import SimpleNamespace
 
@@ -100,6 +101,30 @@ def test_cpu_picks_the_torch_stages(monkeypatch):
     assert stages.pick_topk_impl(cpu) == (torch_topk, torch_chunked)
     monkeypatch.setenv(stages.IMPL_ENV, "torch")
     assert stages.pick_impl(torch.device("cuda")) is torch_chunked
+
+
+def test_the_pick_follows_the_setting_after_it_is_cached(monkeypatch):
+    """The choice is kept per setting and device type (the import and checks once, not a
+    call): a setting changed later is still taken, and a bad one refused at every call."""
+    monkeypatch.delenv(stages.IMPL_ENV, raising=False)
+    cpu = torch.device("cpu")
+    assert stages.pick_impl(cpu) is torch_chunked
+    monkeypatch.setenv(stages.IMPL_ENV, " Torch ")
+    assert stages.pick_impl(torch.device("cuda")) is torch_chunked
+    monkeypatch.setenv(stages.IMPL_ENV, "torhc")
+    for _ in range(2):
+        with pytest.raises(ValueError, match="MEGATRON_OVERLAY_IMPL='torhc'"):
+            stages.pick_impl(cpu)
+    triton_ok = importlib.util.find_spec("triton") is not None
+    monkeypatch.setenv(stages.IMPL_ENV, "triton")
+    if triton_ok:
+        from megatron_overlay.ops.kernels import triton_impl
+        assert stages.pick_impl(cpu) is triton_impl
+    else:
+        with pytest.raises(RuntimeError, match="Triton is not importable"):
+            stages.pick_impl(cpu)
+    monkeypatch.delenv(stages.IMPL_ENV)
+    assert stages.pick_impl(cpu) is torch_chunked
 
 
 def test_triton_finalize_refuses_values_it_cannot_write_in_place():

@@ -332,7 +332,7 @@ def test_cached_launch_specializes_like_triton():
     from megatron_overlay.ops.kernels.split_operand import SPLIT_BLOCK, split_kernel
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(3 * SPLIT_BLOCK + 64, device="cuda", generator=g)
-    for key in [k for k in launch_mod._compiled if k[0] is split_kernel]:
+    for key in [k for k in launch_mod._compiled if k[0] == id(split_kernel)]:
         del launch_mod._compiled[key]  # other tests' entries
     # (offset into x in fp32 elements: 1 is unaligned, 4 is 16 bytes; length); the last
     # three reuse earlier keys: (4, 4099) (0, 17)'s, (0, 1) itself, (1, 17) (1, 4097)'s
@@ -352,7 +352,7 @@ def test_cached_launch_specializes_like_triton():
             assert torch.equal(got, want), (offset, n, attempt)
     # one entry a specialization: the input aligned or not x the length 1, a multiple of
     # 16, or neither (the outputs' second rows are unaligned throughout)
-    keys = [k for k in launch_mod._compiled if k[0] is split_kernel]
+    keys = [k for k in launch_mod._compiled if k[0] == id(split_kernel)]
     assert len(keys) == 6
     # TRITON_DEBUG switched (on, or off where the run has it on): a kernel of its own
     # (device asserts compiled in or out), not the one cached before
@@ -367,7 +367,7 @@ def test_cached_launch_specializes_like_triton():
         launch_mod.launch(split_kernel, (1,), src, got[0], got[1], 16, BLOCK=SPLIT_BLOCK)
     finally:
         knobs.runtime.debug = old
-    debug_keys = [k for k in launch_mod._compiled if k[0] is split_kernel and k not in keys]
+    debug_keys = [k for k in launch_mod._compiled if k[0] == id(split_kernel) and k not in keys]
     assert len(debug_keys) == 1 and debug_keys[0][-1][0] is (not old)
     assert torch.equal(got, want)
 

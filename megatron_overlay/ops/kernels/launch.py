@@ -27,9 +27,13 @@ from . import autotune_configs
 from ._tiles import load_tile
 
 
+# fixed when the kernels are built (at import); read by every launch
+_INTERPRETING = type(load_tile).__name__ == "InterpretedFunction"
+
+
 def interpreting() -> bool:
     """True when the kernels were built for Triton's interpreter (TRITON_INTERPRET=1 at import)."""
-    return type(load_tile).__name__ == "InterpretedFunction"
+    return _INTERPRETING
 
 
 def cdiv(a: int, b: int) -> int:
@@ -172,66 +176,69 @@ def inv_t_args(inv_temperature):
 # asserts, fp fusion, ...), so that a kernel compiled before one is switched is not
 # launched after it. A miss, the interpreter, and launch hooks (a profiler's) go through
 # ``kernel[grid]``; so does an argument type the key does not know.
-_compiled: dict = {}   # key -> (CompiledKernel, the parameters after the positional ones)
+# The hit path is every call's host time (pass 21, docs/BENCHMARKS.md: ~40% of a 256-token
+# top-k call's in 6 launches), so it does no more than the key needs: the kernel by id
+# (a JITFunction hashes in Python; the entry keeps it alive, so its id stays its own), one
+# pass over the arguments, and the constexprs' values of the launcher's tail taken once,
+# at the miss (the key holds every constexpr passed, so they are the same at every hit).
+_compiled: dict = {}   # key -> (CompiledKernel, the launcher's tail values, the kernel)
 _I32_MIN, _I32_MAX, _U64_MIN = -2 ** 31, 2 ** 31 - 1, 2 ** 63
-
-
-def _int_specialization(a: int):
-    # Triton: 1 is compiled in as a constant; multiples of 16 are marked divisible; the
-    # value picks i32, i64 or u64
-    if a == 1:
-        return 1
-    width = 0 if _I32_MIN <= a <= _I32_MAX else 1 if a < _U64_MIN else 2
-    return (a % 16 == 0, width)
-
-
-def _tensor_specialization(t: torch.Tensor):
-    return (t.dtype, t.data_ptr() % 16 == 0)  # divisibility of the address by 16
+_TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
 
 
 def _descriptor_specialization(d: TensorDescriptor):
     return (d.base.dtype, tuple(d.block_shape), d.padding)
 
 
-_SPECIALIZATION = {
-    torch.Tensor: _tensor_specialization, torch.nn.Parameter: _tensor_specialization,
-    int: _int_specialization, bool: lambda a: bool,  # one type whatever the value
-    float: lambda a: float, type(None): lambda a: None,
-    TensorDescriptor: _descriptor_specialization,
-}
-
-
 def _specialization(args) -> tuple | None:
     """A key that tells apart every two argument lists Triton would compile apart (never
-    fewer: ``test_launch_key_refines_tritons``); None for a type it does not know."""
-    try:
-        return tuple([_SPECIALIZATION[type(a)](a) for a in args])
-    except KeyError:
-        return None
+    fewer: ``test_launch_key_refines_tritons``); None for a type it does not know.
+    Tensors: the dtype and the address's divisibility by 16; ints: 1 (Triton compiles it
+    in as a constant), else divisibility by 16 and the width (i32, i64 or u64, by value);
+    bools and floats: their type (one whatever the value); None itself."""
+    key = []
+    append = key.append
+    for a in args:
+        kind = type(a)
+        if kind is _TENSOR or kind is _PARAMETER:
+            append((a.dtype, a.data_ptr() % 16 == 0))
+        elif kind is int:
+            append(1 if a == 1 else (a % 16 == 0, 0 if _I32_MIN <= a <= _I32_MAX
+                                     else 1 if a < _U64_MIN else 2))
+        elif a is None:
+            append(None)
+        elif kind is float or kind is bool:
+            append(kind)
+        elif kind is TensorDescriptor:
+            append(_descriptor_specialization(a))
+        else:
+            return None
+    return tuple(key)
 
 
 def launch(kernel, grid: tuple, *args, **constexprs) -> None:
     """``kernel[grid](*args, **constexprs)``: runtime arguments positional, constexprs and
     launch options (num_warps, ...) by keyword."""
-    if interpreting() or _hooked():
+    if _INTERPRETING or _hooked():
         kernel[grid](*args, **constexprs)
         return
     spec = _specialization(args)
-    device = driver.active.get_current_device()
-    key = None if spec is None else (kernel, device, tuple(constexprs.items()), spec,
+    active = driver.active
+    device = active.get_current_device()
+    key = None if spec is None else (id(kernel), device, tuple(constexprs.items()), spec,
                                      _compile_knobs())
     hit = _compiled.get(key) if key is not None else None
     if hit is None:
         compiled = kernel[grid](*args, **constexprs)
         if key is not None and hasattr(compiled, "packed_metadata"):
-            params = kernel.params[len(args):]
-            _compiled[key] = (compiled, [(p.name, p.default) for p in params])
+            tail = tuple(constexprs.get(p.name, p.default) for p in kernel.params[len(args):])
+            _compiled[key] = (compiled, tail, kernel)
         return
-    compiled, tail = hit
-    values = (*args, *[constexprs.get(name, default) for name, default in tail])
-    compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-                 driver.active.get_current_stream(device), compiled.function,
-                 compiled.packed_metadata, None, None, None, *values)
+    compiled, tail, _ = hit
+    n = len(grid)
+    compiled.run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
+                 active.get_current_stream(device), compiled.function,
+                 compiled.packed_metadata, None, None, None, *args, *tail)
 
 
 def _compile_knobs() -> tuple:
@@ -239,9 +246,13 @@ def _compile_knobs() -> tuple:
     knobs as of this launch: debug (TRITON_DEBUG, or ``knobs.runtime.debug``), the
     instrumentation mode, fp fusion (TRITON_DEFAULT_FP_FUSION), an overridden arch
     (~0.15 us on the CPU machine)."""
-    return (_knobs.runtime.debug, getattr(_knobs.compilation, "instrumentation_mode", None),
-            getattr(getattr(_knobs, "language", None), "default_fp_fusion", None),
-            getattr(_knobs.runtime, "override_arch", None))
+    runtime = _knobs.runtime
+    return (runtime.debug, getattr(_knobs.compilation, "instrumentation_mode", None),
+            getattr(_LANGUAGE_KNOBS, "default_fp_fusion", None),
+            getattr(runtime, "override_arch", None))
+
+
+_LANGUAGE_KNOBS = getattr(_knobs, "language", None) if _knobs is not None else None
 
 
 def _hooked() -> bool:
@@ -251,6 +262,7 @@ def _hooked() -> bool:
     ``knobs`` (their hooks sit elsewhere): they always launch through ``kernel[grid]``."""
     if _knobs is None:
         return True
-    hooks = (_knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook)
-    return any(getattr(h, "calls", h) for h in hooks) or \
-        getattr(_knobs.runtime, "add_stages_inspection_hook", None) is not None
+    runtime = _knobs.runtime
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return bool(getattr(enter, "calls", enter) or getattr(leave, "calls", leave)
+                or getattr(runtime, "add_stages_inspection_hook", None) is not None)
