@@ -323,14 +323,15 @@ def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
 
 
 def test_distillation_table_of_a_stored_gpu_run(tmp_path, capsys, monkeypatch):
-    # the README's one-run table (pass 20, one H100) from its results.json, as the README
-    # prints it; a read-only command: nothing written, no out folder made
+    # the README's one-run table (pass 21, one H100, the harness's final schedule) from its
+    # results.json, as the README prints it; a read-only command: nothing written, no out
+    # folder made
     monkeypatch.chdir(tmp_path)
-    stored = REPO / "docs/h200/pass20/h100/r2/distill/results.json"
+    stored = REPO / "docs/h200/pass21/h100/r6/distill/results.json"
     assert bench(["distill", "--table", str(stored)]) == 0
     assert not any(tmp_path.iterdir())
     table = capsys.readouterr().out
-    assert table.startswith("NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, 2026-12-06 09:20 UTC")
+    assert table.startswith("NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, 2026-12-06 12:38 UTC")
     readme = (REPO / "README.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("|")]
     assert len(rows) == 15 + 13 + 15 and all(line in readme for line in rows)
@@ -347,6 +348,20 @@ def test_distillation_table_of_a_stored_gpu_run(tmp_path, capsys, monkeypatch):
     second = [line for line in lines if line.startswith("| top-k k = 32 fwd |")][1]
     assert second.split(" | ")[3] == (f"{rec['host_ms']:.2f} / "
                                       f"{rec['extra_beyond_outputs_mib']:.1f}")
+
+
+@pytest.mark.parametrize("run, schedule", [
+    ("pass19/h100/r2", "each burst (block) over the floor's one of the same round"),
+    ("pass20/h100/r2", "each burst (block) over the mean of the floor's just before and after"),
+    ("pass21/h100/r6", "the floor's burst (block) before every method's and after the last, "
+                       "each ratio over the median of its round's"),
+])
+def test_distillation_table_names_the_schedule_its_run_used(run, schedule):
+    # three floor schedules among the stored runs: each table says which one its ratios
+    # were taken under (the README's table moved from pass 20's to pass 21's run)
+    from tools.bench.distill import table
+    stored = REPO / "docs/h200" / run / "distill/results.json"
+    assert schedule in table(json.loads(stored.read_text()))
 
 
 def test_distillation_table_leaves_sweep_rows_out(capsys):
