@@ -183,6 +183,7 @@ distill)
 suite)
   WHL=$(cd "$1" && pwd); site=/tmp/site-overlay-wheel
   install_overlay_wheel 0.19.2 "$WHL" $site > /dev/null
+  grep -q "status rc=0" "$OUT/status.txt" || { tail -5 "$OUT/status.txt"; exit 1; }
   export PYTHONPATH=$site:$PWD
   part() {  # NAME FILES...: one pytest process, its log OUT/pytest_NAME.txt
     local name=$1; shift

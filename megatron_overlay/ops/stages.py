@@ -164,7 +164,9 @@ def _pick(device: torch.device) -> tuple[LogprobStages, TopkStage]:
     return picked
 
 
-_picked: dict = {}  # ($MEGATRON_OVERLAY_IMPL as set, device type) -> the stages
+# ($MEGATRON_OVERLAY_IMPL as set, device type) -> the stages. A Triton that fails to import
+# (unset setting, CUDA: the torch stages) is not retried for the process's life.
+_picked: dict = {}
 
 
 def _pick_uncached(setting: str, device: torch.device) -> tuple[LogprobStages, TopkStage]:

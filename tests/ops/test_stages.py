@@ -109,6 +109,7 @@ def test_the_pick_follows_the_setting_after_it_is_cached(monkeypatch):
     monkeypatch.delenv(stages.IMPL_ENV, raising=False)
     cpu = torch.device("cpu")
     assert stages.pick_impl(cpu) is torch_chunked
+    assert stages._picked[("", "cpu")][0] is torch_chunked  # kept
     monkeypatch.setenv(stages.IMPL_ENV, " Torch ")
     assert stages.pick_impl(torch.device("cuda")) is torch_chunked
     monkeypatch.setenv(stages.IMPL_ENV, "torhc")

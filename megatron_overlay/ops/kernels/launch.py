@@ -176,11 +176,14 @@ def inv_t_args(inv_temperature):
 # asserts, fp fusion, ...), so that a kernel compiled before one is switched is not
 # launched after it. A miss, the interpreter, and launch hooks (a profiler's) go through
 # ``kernel[grid]``; so does an argument type the key does not know.
-# The hit path is every call's host time (pass 21, docs/BENCHMARKS.md: ~40% of a 256-token
-# top-k call's in 6 launches), so it does no more than the key needs: the kernel by id
-# (a JITFunction hashes in Python; the entry keeps it alive, so its id stays its own), one
-# pass over the arguments, and the constexprs' values of the launcher's tail taken once,
-# at the miss (the key holds every constexpr passed, so they are the same at every hit).
+# The hit path is every call's host time (pass 21, docs/BENCHMARKS.md: about half of a
+# 256-token top-k call's, profiled, in 6 launches), so it does no more than the key needs:
+# the kernel by id (a JITFunction hashes in Python; the entry keeps it alive, so its id
+# stays its own), one pass over the arguments, and the constexprs' values of the
+# launcher's tail taken once, at the miss (the key holds every constexpr passed, so they
+# are the same at every hit). Constexprs are keyed by value: 1, True and 1.0 would share
+# an entry where Triton compiles them apart; every call site passes each constexpr in one
+# type (ints, bools, strings, dtypes), which keeps them apart.
 _compiled: dict = {}   # key -> (CompiledKernel, the launcher's tail values, the kernel)
 _I32_MIN, _I32_MAX, _U64_MIN = -2 ** 31, 2 ** 31 - 1, 2 ** 63
 _TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
