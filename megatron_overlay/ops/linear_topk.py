@@ -23,7 +23,7 @@ import torch.distributed as dist
 from . import forward_only, label_check
 from .first_order import first_order
 from .linear_logprobs_at import backward_at_ids
-from .params import LogprobParams
+from .params import FinalizeRequest, LogprobParams
 from .stages import pick_topk_impl
 from .temperature import inverse_temperature
 from .topk_merge import PAD_ID, order_candidates
@@ -75,25 +75,33 @@ class LinearTopkLogprobs(torch.autograd.Function):
             local_labels = None
         inv_t = inverse_temperature(params.temperature, n, hidden.device,
                                     impl.inverse_temperature_rows)
-        stats, values, ids = topk_impl.topk_stats(hidden, weight, local_labels, inv_t,
-                                                  params.return_entropy, k,
-                                                  logits_dtype=params.logits_dtype, merged=tp)
-        if hidden.is_cuda:  # earlier calls' checks that have finished (no wait); after the
-            label_check.poll()  # main launches, so that the GPU starts on them the sooner
-        if vocab_start:
-            ids = torch.where(ids == PAD_ID, ids, ids + vocab_start)
-        if tp:
-            values, ids = _merge_shards(values, ids, k, tp_group)
         # as linear_logprob_entropy: out-of-range labels give NaN log-probs; on CUDA the
         # host raises later, without a sync (ops/label_check.py)
-        # the top-k's z become log-probs in finalize's launch (z - lse, in place)
-        lse, mean_z, entropy, log_probs, valid, bad, record = impl.finalize(
-            gather_stats(stats, tp_group) if tp else stats, labels, vocab,
-            params.ignore_index, params.return_entropy,
-            record_alloc=label_check.host_record if hidden.is_cuda else None, values=values)
-        if labels is not None and hidden.is_cuda:
-            label_check.defer_record(record, labels, vocab, params.ignore_index,
-                                     params.token_batch)
+        record_alloc = label_check.host_record if hidden.is_cuda else None
+        # without TP the stage finalizes too (on GPU in its last kernel's launch), and
+        # the top-k's z come back as log-probs
+        # (TP: the shard's statistics; else finalize's outputs)
+        per_token, values, ids = topk_impl.topk_stats(
+            hidden, weight, local_labels, inv_t, params.return_entropy, k,
+            logits_dtype=params.logits_dtype, merged=tp,
+            finalize=None if tp else FinalizeRequest(labels, vocab, params.ignore_index,
+                                                     record_alloc))
+        if tp:
+            if vocab_start:
+                ids = torch.where(ids == PAD_ID, ids, ids + vocab_start)
+            values, ids = _merge_shards(values, ids, k, tp_group)
+            # the top-k's z become log-probs in finalize's launch (z - lse, in place)
+            per_token = impl.finalize(gather_stats(per_token, tp_group), labels, vocab,
+                                      params.ignore_index, params.return_entropy,
+                                      record_alloc=record_alloc, values=values)
+        lse, mean_z, entropy, log_probs, valid, bad, record = per_token
+        if hidden.is_cuda:
+            try:  # earlier calls' checks that have finished (no wait); after the launches,
+                label_check.poll()  # so that the GPU starts on them the sooner
+            finally:  # this call's record queued (lent since finalize), even where an
+                if labels is not None:  # earlier call's bad labels raise
+                    label_check.defer_record(record, labels, vocab, params.ignore_index,
+                                             params.token_batch)
         topk_log_probs = values
         ctx.mark_non_differentiable(ids)
         ctx.impl, ctx.inv_t, ctx.tp_group = impl, inv_t, tp_group if tp else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -74,3 +75,13 @@ class LogprobParams:
         object.__setattr__(self, "strict_labels",
                            check_flag(self.strict_labels, "strict_labels", allow_none=True))
 
+
+
+class FinalizeRequest(NamedTuple):
+    """The top-k stage's ``finalize`` argument (ops/stages.py): finalize's arguments beside
+    the statistics, so that a stage gives finalize's outputs itself where no TP merge
+    comes between them (the Triton stage: in its last kernel's launch)."""
+    labels: "torch.Tensor | None"  # [N] global ids, as finalize's
+    vocab_size: int
+    ignore_index: int
+    record_alloc: "Callable | None" = None  # stages.RecordAlloc

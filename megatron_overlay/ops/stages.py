@@ -34,6 +34,7 @@ from typing import Callable, Protocol
 import torch
 
 from . import torch_chunked, torch_topk
+from .params import FinalizeRequest
 
 InvTemperature = float | torch.Tensor
 # record_alloc(rows, device) -> int64 [rows, 4]: where a stage puts its label-check record
@@ -147,12 +148,19 @@ class TopkStage(Protocol):
     def topk_stats(self, hidden: torch.Tensor, weight: torch.Tensor,
                    local_labels: torch.Tensor | None, inv_temperature: InvTemperature,
                    with_entropy: bool, k: int, *, logits_dtype: torch.dtype | None = None,
-                   merged: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   merged: bool = True, finalize: FinalizeRequest | None = None,
+                   ) -> tuple:
         """(stats [N, 4] fp32 exactly as forward_stats, [S, N, 4] parts with
         ``merged=False`` as there, values [N, k] fp32: the k largest
         z of this shard, descending, ties to the lower id, ids [N, k] int64: their indices
         into this shard; a shard with fewer than k columns pads with (-inf,
-        topk_merge.PAD_ID))."""
+        topk_merge.PAD_ID)).
+
+        ``finalize`` (no TP: nothing comes between the statistics and finalize): the first
+        item is ``LogprobStages.finalize``'s outputs of the statistics instead (with the
+        request's labels, vocab size, ignore_index and record_alloc, and ``with_entropy``),
+        and the values are log-probs, as finalize's ``values`` makes them; the Triton
+        stage runs it in its last kernel's launch where one launch takes every row."""
         ...
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from . import batch_invariance
+from . import batch_invariance, torch_chunked
+from .params import FinalizeRequest
 from .topk_merge import order_candidates, pad_candidates, tile_topk
 from .torch_chunked import TOKEN_CHUNK, VOCAB_CHUNK, forward_stats, rounded, row_slice
 
@@ -19,6 +20,7 @@ from .torch_chunked import TOKEN_CHUNK, VOCAB_CHUNK, forward_stats, rounded, row
 def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor | None,
                inv_temperature, with_entropy: bool, k: int, *,
                logits_dtype: torch.dtype | None = None, merged: bool = True,
+               finalize: FinalizeRequest | None = None,
                token_chunk: int = TOKEN_CHUNK, vocab_chunk: int = VOCAB_CHUNK):
     n_tokens, vocab = hidden.shape[0], weight.shape[0]
     values = torch.full((n_tokens, k), float("-inf"), dtype=torch.float32, device=hidden.device)
@@ -52,4 +54,8 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
         stats[rows] = forward_stats(h, weight, labels, chunk_inv_t, with_entropy,
                                     logits_dtype=logits_dtype, token_chunk=token_chunk,
                                     vocab_chunk=vocab_chunk)
+    if finalize is not None:  # the contract's finalize, the values made log-probs
+        return torch_chunked.finalize(stats[None], *finalize[:3], with_entropy,
+                                      record_alloc=finalize.record_alloc,
+                                      values=values), values, ids
     return (stats if merged else stats[None]), values, ids

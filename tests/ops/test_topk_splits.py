@@ -34,7 +34,7 @@ def _launches(vocab, num_sms, k, n, invariant, monkeypatch):
     launches = []
 
     def block(h_parts, w_parts, labels, inv_t, with_entropy, k_, cfg, tma, lo, mma, rounding,
-              splits, chunk_tiles, second, row_bytes, merged=True):
+              splits, chunk_tiles, second, row_bytes, merged=True, fin=None):
         rows, num_v = h_parts[0].shape[0], math.ceil(w_parts[0].shape[0] / cfg.block_v)
         splits, per_split = topk_forward._splits(math.ceil(rows / cfg.block_m), num_v, rows,
                                                  num_sms, chunk_tiles, cfg.group_m, *row_bytes)

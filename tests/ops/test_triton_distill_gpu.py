@@ -3,6 +3,8 @@ the top-k forward stage, per-row temperatures, and both new ops through autograd
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -147,6 +149,45 @@ def test_tile_sort_matches_torch_sort(pairs, num_t):
     ref_t, ref_p = torch.sort(tiles.clamp(max=num_t), stable=True)
     assert torch.equal(got_t.long(), ref_t) and torch.equal(got_p.long(), ref_p)
     assert torch.equal(runs.cpu(), runs_reference(tiles, num_t, 128, runs.shape[1]))
+
+
+@pytest.mark.parametrize("n, k", [(256, 1), (256, 8), (256, 32), (3000, 8)])
+def test_topk_stage_finalizes_in_its_last_kernel(n, k, monkeypatch):
+    """topk_stats(finalize=...): finalize's outputs from the last kernel's launch
+    (merge_topk at k = 1, else merge_runs) are those of finalize's own launch over the
+    unmerged statistics, bit for bit, and that launch never runs; labels ignored and out
+    of range (NaN log-probs, the record reduced alike), entropy, a per-row temperature."""
+    from megatron_overlay.ops import label_check
+    from megatron_overlay.ops.kernels import finalize_stats, triton_impl, triton_topk
+    from megatron_overlay.ops.params import FinalizeRequest
+
+    g = torch.Generator(device="cuda").manual_seed(n + k)
+    vocab = 32000
+    h = torch.randn(n, 1024, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(vocab, 1024, device="cuda", generator=g) * 1024 ** -0.5 * 4).bfloat16()
+    labels = torch.randint(0, vocab, (n,), device="cuda", generator=g)
+    labels[::3] = -100
+    labels[1], labels[2] = vocab, -5
+    local = torch.where((labels < 0) | (labels >= vocab), -1, labels)
+    for inv_t in (1 / 0.7, torch.rand(n, device="cuda", generator=g) + 0.5):
+        stats, values, ids = triton_topk.topk_stats(h, w, local, inv_t, True, k, merged=False)
+        ref = triton_impl.finalize(stats, labels, vocab, -100, True, values=values)
+        calls = []
+        own = finalize_stats.finalize
+        monkeypatch.setattr(finalize_stats, "finalize",
+                            lambda *a, **kw: calls.append(1) or own(*a, **kw))
+        got, got_v, got_i = triton_topk.topk_stats(h, w, local, inv_t, True, k,
+                                                   finalize=FinalizeRequest(labels, vocab, -100))
+        monkeypatch.setattr(finalize_stats, "finalize", own)
+        assert not calls
+        assert torch.equal(got_i, ids) and torch.equal(got_v, values)
+        for a, b in zip(got[:6], ref[:6]):
+            assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(),
+                                                                     b.nan_to_num())
+        for rec in (got[6], ref[6]):
+            with pytest.raises(ValueError, match="smallest -5, largest 32000"):
+                label_check._raise_if_bad(rec.cpu(), functools.partial(
+                    label_check._message, vocab_size=vocab, ignore_index=-100))
 
 
 @pytest.mark.parametrize("n, num_t, k", [(8192, 594, 32), (8192 + 5, 594, 24), (1000, 594, 64),

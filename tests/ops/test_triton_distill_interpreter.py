@@ -34,7 +34,8 @@ CASES = ([f"topk-{n}x{h}x{v}-k{k}-{d}" for n, h, v, k in TOPK_SHAPES for d in DT
          + ["mergetopk-float32", "mergeruns-float32", "selecttiles-float32", "tilesort-int64",
             "secondmax-float32"]
          + [f"checkids-{d}" for d in ("int64", "int32")]
-         + [f"unmerged-{d}" for d in DTYPES] + [f"clustered-{d}" for d in DTYPES]
+         + [f"unmerged-{d}" for d in DTYPES] + [f"fused-{d}" for d in DTYPES]
+         + [f"clustered-{d}" for d in DTYPES]
          + [f"scaledties-{d}" for d in DTYPES]
          + [f"modes-{m}" for m in ("bf16logits", "fp32hidden", "fp32weight")])
 # The precision modes (issue 18): (hidden dtype, weight dtype, logits_dtype)
@@ -226,6 +227,75 @@ def _worker() -> int:
                         res["nan_rows"] &= bool(got[1][~ok].isnan().all()) and bool(
                             ((got[2][~ok] >= 0) & (got[2][~ok] < v)).all())
                 report[case] = res
+            elif kind == "fused":  # topk_stats(finalize=...): finalize's outputs in its kernels
+                from megatron_overlay.ops.kernels import finalize_stats, topk_rescan
+                from megatron_overlay.ops.params import FinalizeRequest
+                hidden, weight, labels, inv_t = inputs(33, 32, 130, dtype, seed=17)
+                labels[::3] = -100  # ignored; two out of range (NaN log-probs, a record)
+                labels[4], labels[20] = 130, -7
+
+                def record(rec):  # the rows reduced, as label_check reads them
+                    return (int(rec[:, 0].sum()), int(rec[:, 1].min()), int(rec[:, 2].max()),
+                            int(rec[:, 3].min()))
+
+                def equal(a, b):
+                    return (a is None) == (b is None) and (a is None or (
+                        torch.equal(a.isnan(), b.isnan())
+                        and torch.equal(a.nan_to_num(), b.nan_to_num())))
+
+                def fused_and_apart(k, with_entropy, temperature, labels):
+                    req = FinalizeRequest(labels, 130, -100)
+                    local = None if labels is None else torch.where(
+                        (labels < 0) | (labels >= 130), -1, labels)
+                    got = triton_topk.topk_stats(hidden, weight, local, temperature,
+                                                 with_entropy, k, finalize=req)
+                    stats, values, ids = triton_topk.topk_stats(
+                        hidden, weight, local, temperature, with_entropy, k, merged=False)
+                    ref = triton_impl.finalize(stats, labels, 130, -100, with_entropy,
+                                               values=values)
+                    same = all(equal(a, b) for a, b in zip(got[0][:6], ref[:6]))
+                    same &= equal(got[1], values) and torch.equal(got[2], ids)
+                    if labels is not None:
+                        same &= record(got[0][6]) == record(ref[6])
+                    return same
+
+                # in the stage's last kernel: finalize's own launch never runs
+                own = finalize_stats.finalize
+                calls = []
+                finalize_stats.finalize = lambda *a, **kw: calls.append(1) or own(*a, **kw)
+                fused = True
+                # each k (merge_topk at 1, merge_runs after best_tiles' extractions at 4
+                # and its selection at 26) on each second-maxima path, the options in turn
+                options = itertools.cycle(itertools.product(
+                    (True, False), (inv_t, 1 / 0.7), (labels, None)))
+                try:
+                    for k, path in itertools.product((1, 4, 26), second_max_paths):
+                        with second_max_from(path):
+                            fused &= fused_and_apart(k, *next(options))
+                    in_kernel = not calls
+                    # rescan row blocks: finalize's own launch, the same outputs
+                    block_rows = topk_rescan.rescan_block_rows
+                    topk_rescan.rescan_block_rows = lambda k, alive: 4
+                    try:
+                        fused &= fused_and_apart(4, True, inv_t, labels)
+                    finally:
+                        topk_rescan.rescan_block_rows = block_rows
+                    apart = bool(calls)
+                finally:
+                    finalize_stats.finalize = own
+                # the op: the bad labels raise, naming them (the record's reduction)
+                os.environ["MEGATRON_OVERLAY_IMPL"] = "triton"
+                try:
+                    linear_topk_logprobs(hidden, weight, 4, labels=labels)
+                    raised = ""
+                except ValueError as e:
+                    raised = str(e)
+                finally:
+                    os.environ.pop("MEGATRON_OVERLAY_IMPL")
+                report[case] = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
+                                "fused": fused and in_kernel and apart,
+                                "raised": "-7" in raised and "130" in raised,
+                                "dtype": str(dtype)[6:]}
             elif kind == "unmerged":  # forward stages' merged=False: finalize's outputs alike
                 hidden, weight, labels, inv_t = inputs(33, 32, 130, dtype, seed=13)
                 same, parts = True, []
@@ -650,7 +720,7 @@ def _worker() -> int:
 
 @pytest.fixture(scope="module")
 def report():
-    return interpreter_report(__file__, timeout_s=900)
+    return interpreter_report(__file__, timeout_s=1200)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -665,6 +735,8 @@ def test_interpreter_case(report, case):
     assert res["values_err"] < (1e-4 if case.startswith("op-") else tol), res
     if "nan_rows" in res:
         assert res["nan_rows"], res
+    if "fused" in res:  # the same bits as finalize's own launch, which then never ran
+        assert res["fused"] and res["raised"], res
     if "invariant" in res:  # bits whatever N, the row's position and the split count
         assert res["invariant"] and res["splits_same"], res
         assert res["as_logprob"], res  # the same bits as linear_logprob_entropy's

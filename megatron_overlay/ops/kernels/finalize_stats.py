@@ -16,10 +16,15 @@ stage has merged its vocab splits already). One program owns BLOCK token rows an
    place, NaN in the rows ``nan_rows`` marks.
 
 What used to be two dozen element-wise torch launches and a merge (each costing the host
-~10-25 us to enqueue on an H200 host, docs/BENCHMARKS.md) is one Triton launch.
+~10-25 us to enqueue on an H200 host, docs/BENCHMARKS.md) is one Triton launch. Steps 1-3
+are ``finalize_rows``, which the top-k's last kernel also runs for its rows where no TP
+merge comes between the statistics and finalize (``Finalizing``, ``finalize_outputs``):
+one launch less a call.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import triton
@@ -34,16 +39,13 @@ VALUES_BLOCK = 16     # columns of ``values`` a step (FINALIZE_BLOCK x 16 fp32 i
 
 
 @triton.jit
-def finalize_kernel(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr, valid_ptr,
-                    bad_ptr, rec_ptr, values_ptr, nan_rows_ptr, N, num_shards, vocab_size,
-                    ignore_index, K, HAS_LABELS: tl.constexpr, WITH_ENTROPY: tl.constexpr,
-                    HAS_VALUES: tl.constexpr, HAS_NAN_ROWS: tl.constexpr,
-                    BLOCK: tl.constexpr, KBLOCK: tl.constexpr):
-    """``values_ptr`` [N, K] fp32 contiguous (``HAS_VALUES``), ``nan_rows_ptr`` [N] int8
-    (``HAS_NAN_ROWS``); unused pointers may be any tensor's."""
-    pid = tl.program_id(0)
-    rows = pid * BLOCK + tl.arange(0, BLOCK)
-    keep = rows < N
+def finalize_rows(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr, valid_ptr,
+                  bad_ptr, rec_ptr, rec_row, rows, keep, N, num_shards, vocab_size,
+                  ignore_index, HAS_LABELS: tl.constexpr, WITH_ENTROPY: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """Steps 1-3 above for ``rows`` (``keep``: those < N), the label check's record in row
+    ``rec_row``; returns their lse. finalize_kernel's body, and what the top-k's last
+    kernels (merge_runs.py, merge_topk.py) run for their rows in their own launch."""
     m, sum_s, sum_t, z_label = fold_parts(stats_ptr, rows, keep, N, num_shards, WITH_ENTROPY,
                                           BLOCK)
     log_s = tl.log(sum_s)
@@ -64,10 +66,27 @@ def finalize_kernel(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr,
         tl.store(bad_ptr + rows, bad.to(tl.int8), mask=keep)
         ent = tl.where(valid, ent, 0.0)
         big = tl.full([BLOCK], I64_MAX, tl.int64)
-        store_record(rec_ptr, pid, bad.to(tl.int64), tl.where(bad, labels, big),
+        store_record(rec_ptr, rec_row, bad.to(tl.int64), tl.where(bad, labels, big),
                      tl.where(bad, labels, -big), tl.where(bad, rows.to(tl.int64), big))
     if WITH_ENTROPY:
         tl.store(ent_ptr + rows, ent, mask=keep)
+    return lse
+
+
+@triton.jit
+def finalize_kernel(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr, valid_ptr,
+                    bad_ptr, rec_ptr, num_shards, vocab_size, ignore_index, values_ptr,
+                    nan_rows_ptr, N, K, HAS_LABELS: tl.constexpr, WITH_ENTROPY: tl.constexpr,
+                    HAS_VALUES: tl.constexpr, HAS_NAN_ROWS: tl.constexpr,
+                    BLOCK: tl.constexpr, KBLOCK: tl.constexpr):
+    """``values_ptr`` [N, K] fp32 contiguous (``HAS_VALUES``), ``nan_rows_ptr`` [N] int8
+    (``HAS_NAN_ROWS``); unused pointers may be any tensor's."""
+    pid = tl.program_id(0)
+    rows = pid * BLOCK + tl.arange(0, BLOCK)
+    keep = rows < N
+    lse = finalize_rows(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr,
+                        valid_ptr, bad_ptr, rec_ptr, pid, rows, keep, N, num_shards,
+                        vocab_size, ignore_index, HAS_LABELS, WITH_ENTROPY, BLOCK)
     if HAS_VALUES:  # log p = z - lse, the same fp32 subtraction as torch's
         if HAS_NAN_ROWS:
             nan_row = tl.load(nan_rows_ptr + rows, mask=keep, other=0) != 0
@@ -81,6 +100,59 @@ def finalize_kernel(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr,
             tl.store(at, lp_at, mask=inside)
 
 
+class Finalizing(NamedTuple):
+    """What a kernel needs to run ``finalize_rows`` for its rows in its own launch (the
+    top-k's last kernels, where no TP merge comes between the statistics and finalize):
+    finalize's arguments."""
+    stats: torch.Tensor           # [S, N, 4] parts (or [N, 4]: one)
+    labels: torch.Tensor | None   # [N] global ids
+    vocab_size: int
+    ignore_index: int
+    with_entropy: bool
+    record_alloc: object = None   # stages.RecordAlloc
+
+
+def finalize_outputs(fin: Finalizing | None, n_tokens: int, programs: int,
+                     device: torch.device) -> tuple[tuple | None, list, dict]:
+    """(finalize's outputs, the kernel's finalize arguments, their constexprs) for a launch
+    of ``programs`` programs (a record row each) over ``n_tokens`` rows; ``fin`` None: no
+    outputs, placeholders (any tensor) and FINALIZE=False."""
+    if fin is None:
+        unused = _PLACEHOLDER.get(device)
+        if unused is None:
+            unused = _PLACEHOLDER[device] = torch.empty(1, dtype=torch.float32, device=device)
+        return None, [unused] * 9 + [1, 0, 0], _NO_FINALIZE
+    stats = fin.stats if fin.stats.dim() == 3 else fin.stats[None]
+    has_labels = fin.labels is not None
+    # two allocations instead of four (each costs host time): what the ops save for the
+    # backward, apart from what they return (an in-place edit of a returned tensor bumps
+    # the version counter of its whole allocation, which autograd checks on saved tensors)
+    lse, mean_z = torch.empty(2, n_tokens, dtype=torch.float32, device=device).unbind(0)
+    log_probs, entropy = torch.empty(2, n_tokens, dtype=torch.float32, device=device).unbind(0)
+    if not fin.with_entropy:
+        mean_z = entropy = None
+    valid = bad = rec = flags = None
+    if not has_labels:
+        log_probs = None
+    else:
+        flags = torch.empty(2, n_tokens, dtype=torch.int8, device=device)
+        valid, bad = flags.view(torch.bool).unbind(0)
+        rec = record_buffer(programs, device, fin.record_alloc)  # a row per program
+    stats = stats.contiguous()
+    labels = fin.labels.contiguous() if has_labels else None  # labels[i] at labels_ptr + i
+    args = [stats, labels if has_labels else stats, lse,
+            mean_z if fin.with_entropy else lse, entropy if fin.with_entropy else lse,
+            log_probs if has_labels else lse, flags[0] if has_labels else lse,
+            flags[1] if has_labels else lse, rec if has_labels else lse,
+            stats.shape[0], fin.vocab_size, fin.ignore_index]
+    return (lse, mean_z, entropy, log_probs, valid, bad, rec), args, dict(
+        FINALIZE=True, HAS_LABELS=has_labels, WITH_ENTROPY=bool(fin.with_entropy))
+
+
+_NO_FINALIZE = dict(FINALIZE=False, HAS_LABELS=False, WITH_ENTROPY=False)
+_PLACEHOLDER: dict = {}  # device -> a one-element tensor standing for unused pointers
+
+
 def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
              ignore_index: int, with_entropy: bool, *, record_alloc=None, values=None,
              nan_rows=None):
@@ -90,43 +162,26 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
     ``record_alloc(rows, device)`` when given. ``values`` (z at k ids a row) made
     log-probs in place by the kernel: a contiguous fp32 [N, k] tensor (as every op's is:
     the top-k's and logits_at's outputs, or a gather's)."""
-    num_shards, n_tokens = stats.shape[0], stats.shape[1]
-    dev = stats.device
-    has_labels = labels is not None
+    n_tokens = stats.shape[1]
     has_values = values is not None
     if has_values and not (values.dtype == torch.float32 and values.dim() == 2
                            and values.is_contiguous()):
         raise ValueError(f"values must be a contiguous float32 [N, k] tensor (the kernel "
                          f"writes it in place), got {values.dtype} of shape "
                          f"{tuple(values.shape)} and strides {values.stride()}")
-    # two allocations instead of four (each costs host time): what the ops save for the
-    # backward, apart from what they return (an in-place edit of a returned tensor bumps
-    # the version counter of its whole allocation, which autograd checks on saved tensors)
-    lse, mean_z = torch.empty(2, n_tokens, dtype=torch.float32, device=dev).unbind(0)
-    log_probs, entropy = torch.empty(2, n_tokens, dtype=torch.float32, device=dev).unbind(0)
-    if not with_entropy:
-        mean_z = entropy = None
-    valid = bad = rec = None
     programs = cdiv(n_tokens, FINALIZE_BLOCK)
-    if not has_labels:
-        log_probs = None
-    else:
-        flags = torch.empty(2, n_tokens, dtype=torch.int8, device=dev)
-        valid, bad = flags.view(torch.bool).unbind(0)
-        rec = record_buffer(programs, dev, record_alloc)  # a row per program
+    outputs, args, flags = finalize_outputs(
+        Finalizing(stats, labels, vocab_size, ignore_index, with_entropy, record_alloc),
+        n_tokens, programs, stats.device)
     if n_tokens == 0:
-        return lse, mean_z, entropy, log_probs, valid, bad, rec
-    stats = stats.contiguous()
-    if has_labels:  # the kernel reads labels[i] at labels_ptr + i
-        labels = labels.contiguous()
-    launch(finalize_kernel, (programs,),
-        stats, labels if has_labels else stats, lse, mean_z if with_entropy else lse,
-        entropy if with_entropy else lse, log_probs if has_labels else lse,
-        flags[0] if has_labels else lse, flags[1] if has_labels else lse,
-        rec if has_labels else lse, values if has_values else lse,
+        return outputs
+    flags.pop("FINALIZE")
+    lse = outputs[0]
+    launch(finalize_kernel, (programs,), *args,
+        values if has_values else lse,
         nan_rows.view(torch.int8) if has_values and nan_rows is not None else lse,
-        n_tokens, num_shards, vocab_size, ignore_index, values.shape[1] if has_values else 0,
-        HAS_LABELS=has_labels, WITH_ENTROPY=with_entropy, HAS_VALUES=has_values,
-        HAS_NAN_ROWS=has_values and nan_rows is not None, BLOCK=FINALIZE_BLOCK,
+        n_tokens, values.shape[1] if has_values else 0, **flags,
+        HAS_VALUES=has_values, HAS_NAN_ROWS=has_values and nan_rows is not None,
+        BLOCK=FINALIZE_BLOCK,
         KBLOCK=min(VALUES_BLOCK, next_power_of_2(values.shape[1])) if has_values else 1)
-    return lse, mean_z, entropy, log_probs, valid, bad, rec
+    return outputs

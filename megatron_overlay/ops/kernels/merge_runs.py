@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from ..topk_merge import PAD_ID
+from .finalize_stats import FINALIZE_BLOCK, Finalizing, finalize_outputs, finalize_rows
 from .launch import cdiv, launch, next_power_of_2
 from .merge_topk import NONE_KEY, _decode, _key
 
@@ -44,11 +45,22 @@ def _run_key(cand_v_ptr, cand_i_ptr, src, slot, ok, V):
 
 @triton.jit
 def merge_runs_kernel(cand_v_ptr, cand_i_ptr, out_v_ptr, out_i_ptr, N, V, K,
-                      BLOCK_R: tl.constexpr, KP: tl.constexpr, PAD: tl.constexpr):
+                      stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr, valid_ptr,
+                      bad_ptr, rec_ptr, num_shards, vocab_size, ignore_index,
+                      BLOCK_R: tl.constexpr, KP: tl.constexpr, PAD: tl.constexpr,
+                      FINALIZE: tl.constexpr, HAS_LABELS: tl.constexpr,
+                      WITH_ENTROPY: tl.constexpr):
     """cand [N, K (K + 1) / 2] fp32 values, int32 ids in runs (above) -> out [N, K] fp32
-    values, int64 ids (PAD for an unfilled place)."""
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    values, int64 ids (PAD for an unfilled place). ``FINALIZE``: the rows' finalize too
+    (finalize_stats.finalize_rows, a record row a program; its arguments unused
+    otherwise), and the values written as log-probs, z - lse."""
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
     keep = rows < N
+    if FINALIZE:  # before the merge: its loads do not wait on the merge's
+        lse = finalize_rows(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr,
+                            valid_ptr, bad_ptr, rec_ptr, pid, rows, keep, N, num_shards,
+                            vocab_size, ignore_index, HAS_LABELS, WITH_ENTROPY, BLOCK_R)
     run = tl.arange(0, KP)
     start = run * K - run * (run - 1) // 2  # run j's first slot
     end = start + K - run                   # past its last
@@ -61,6 +73,8 @@ def merge_runs_kernel(cand_v_ptr, cand_i_ptr, out_v_ptr, out_i_ptr, N, V, K,
     for i in range(K):
         best = tl.max(keys, axis=1)
         value, key_id = _decode(best, nan_row)
+        if FINALIZE:  # finalize_kernel's subtraction
+            value = value - lse
         tl.store(out_v_ptr + out + i, value, mask=keep)
         tl.store(out_i_ptr + out + i, tl.where(key_id < V, key_id, PAD), mask=keep)
         # the chosen run's next candidate takes its head's place (keys differ: one head)
@@ -73,12 +87,19 @@ def merge_runs_kernel(cand_v_ptr, cand_i_ptr, out_v_ptr, out_i_ptr, N, V, K,
 
 
 def merge_runs(cand_v: torch.Tensor, cand_i: torch.Tensor, vocab: int, k: int,
-               out: tuple[torch.Tensor, torch.Tensor]) -> None:
+               out: tuple[torch.Tensor, torch.Tensor], fin: Finalizing | None = None):
     """``out`` ([N, k] fp32 values, int64 ids, contiguous): each row's top k of its
-    rescan candidates ``cand_v`` / ``cand_i`` ([N, k (k + 1) / 2], in k ordered runs)."""
+    rescan candidates ``cand_v`` / ``cand_i`` ([N, k (k + 1) / 2], in k ordered runs).
+    ``fin``: the rows' finalize in the same launch, its outputs returned (else None) and
+    the values written as log-probs."""
     n_rows = cand_v.shape[0]
     runs = next_power_of_2(k)
     block_r = max(1, MERGE_RUNS_KEYS // runs)
-    launch(merge_runs_kernel, (cdiv(n_rows, block_r),),
-           cand_v, cand_i, out[0], out[1], n_rows, vocab, k, BLOCK_R=block_r, KP=runs,
-           PAD=PAD_ID, num_warps=4)
+    if fin is not None:  # finalize's rows a program at most (its registers)
+        block_r = min(block_r, FINALIZE_BLOCK)
+    programs = cdiv(n_rows, block_r)
+    finalized, fin_args, fin_flags = finalize_outputs(fin, n_rows, programs, cand_v.device)
+    launch(merge_runs_kernel, (programs,),
+           cand_v, cand_i, out[0], out[1], n_rows, vocab, k, *fin_args, BLOCK_R=block_r,
+           KP=runs, PAD=PAD_ID, **fin_flags, num_warps=4)
+    return finalized

@@ -17,27 +17,41 @@ from .launch import cdiv, launch
 MERGE_BLOCK = 256  # token rows per program
 
 
+# Parts a step of fold_parts: their loads are independent of the step's arithmetic, so the
+# compiler issues them together and a step waits on one memory latency, not FOLD_UNROLL
+# (the sum stays in part order: the same bits as a loop over one part a step).
+FOLD_UNROLL = tl.constexpr(8)
+
+
 @triton.jit
 def fold_parts(part_ptr, rows, keep, N, num_parts, WITH_ENTROPY: tl.constexpr,
                BLOCK: tl.constexpr):
     """(m, s, t, z[label]) of ``rows`` from [num_parts, N, 4] statistics, folded in part
-    order (vocab splits here; TP shards in finalize_stats.py)."""
+    order (vocab splits here; TP shards in finalize_stats.py). A part past num_parts (the
+    last step's) changes nothing: its terms are selected away, not added as zeros."""
     m = tl.full([BLOCK], float("-inf"), tl.float32)
-    for s in range(num_parts):
-        m = tl.maximum(m, tl.load(part_ptr + (s * N + rows).to(tl.int64) * 4, mask=keep,
-                                  other=0.0))
+    for s0 in range(0, num_parts, FOLD_UNROLL):
+        for j in tl.static_range(FOLD_UNROLL):
+            part = s0 + j < num_parts
+            m_s = tl.load(part_ptr + ((s0 + j) * N + rows).to(tl.int64) * 4, mask=keep & part,
+                          other=0.0)
+            m = tl.where(part, tl.maximum(m, m_s), m)
     sum_s = tl.zeros([BLOCK], tl.float32)
     sum_t = tl.zeros([BLOCK], tl.float32)
     z_label = tl.zeros([BLOCK], tl.float32)
-    for s in range(num_parts):
-        src = part_ptr + (s * N + rows).to(tl.int64) * 4
-        m_s = tl.load(src + 0, mask=keep, other=0.0)
-        s_s = tl.load(src + 1, mask=keep, other=0.0)
-        weight = tl.exp(m_s - m)  # every part has >= 1 column: m_s is finite
-        sum_s += s_s * weight
-        if WITH_ENTROPY:
-            sum_t += (tl.load(src + 2, mask=keep, other=0.0) + s_s * (m_s - m)) * weight
-        z_label += tl.load(src + 3, mask=keep, other=0.0)
+    for s0 in range(0, num_parts, FOLD_UNROLL):
+        for j in tl.static_range(FOLD_UNROLL):
+            part = s0 + j < num_parts
+            src = part_ptr + ((s0 + j) * N + rows).to(tl.int64) * 4
+            ok = keep & part
+            m_s = tl.load(src + 0, mask=ok, other=0.0)
+            s_s = tl.load(src + 1, mask=ok, other=0.0)
+            weight = tl.exp(m_s - m)  # every part has >= 1 column: m_s is finite
+            sum_s = tl.where(part, sum_s + s_s * weight, sum_s)
+            if WITH_ENTROPY:
+                t_s = tl.load(src + 2, mask=ok, other=0.0)
+                sum_t = tl.where(part, sum_t + (t_s + s_s * (m_s - m)) * weight, sum_t)
+            z_label = tl.where(part, z_label + tl.load(src + 3, mask=ok, other=0.0), z_label)
     return m, sum_s, sum_t, z_label
 
 

@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from ..topk_merge import PAD_ID
+from .finalize_stats import Finalizing, finalize_outputs, finalize_rows
 from .launch import cdiv, launch, next_power_of_2
 
 # Candidates a program holds: rows per program = this // the candidates a row has (>= 1).
@@ -76,15 +77,26 @@ def _decode(keys, nan_row):
 
 @triton.jit
 def merge_topk_kernel(part_v_ptr, part_i_ptr, second_ptr, out_v_ptr, out_i_ptr, N, V, W, K,
-                      num_splits, stride_s, stride_r, stride_w, block_v, BLOCK_R: tl.constexpr,
+                      num_splits, stride_s, stride_r, stride_w, block_v,
+                      stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr, valid_ptr,
+                      bad_ptr, rec_ptr, num_shards, vocab_size, ignore_index,
+                      BLOCK_R: tl.constexpr,
                       WIDTH: tl.constexpr, PAD: tl.constexpr, SLOT_IDS: tl.constexpr,
-                      CODES: tl.constexpr, KP: tl.constexpr):
+                      CODES: tl.constexpr, KP: tl.constexpr, FINALIZE: tl.constexpr,
+                      HAS_LABELS: tl.constexpr, WITH_ENTROPY: tl.constexpr):
     """Candidate (split, row, slot) at split stride_s + row stride_r + slot stride_w;
     ``SLOT_IDS``: a candidate's id is its slot (``part_i_ptr`` unused). ``CODES``
     (best_tiles with the tiles' second maxima, ``part_i_ptr`` [tiles, N] int32 packed as
     topk_forward.pack_second (1) or pack_third (2, with ``second_ptr`` [tiles, N] fp32)):
-    the ids written are rescan codes, ``best_tiles`` says."""
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    the ids written are rescan codes, ``best_tiles`` says. ``FINALIZE`` (not with CODES):
+    the rows' finalize too (finalize_stats.finalize_rows, a record row a program; its
+    arguments unused otherwise), the values written as log-probs, z - lse."""
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
+    if FINALIZE:
+        lse = finalize_rows(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr,
+                            valid_ptr, bad_ptr, rec_ptr, pid, rows, rows < N, N, num_shards,
+                            vocab_size, ignore_index, HAS_LABELS, WITH_ENTROPY, BLOCK_R)
     w = tl.arange(0, WIDTH)
     split, slot = w // W, w % W
     live = (rows[:, None] < N) & (split[None, :] < num_splits)
@@ -106,6 +118,8 @@ def merge_topk_kernel(part_v_ptr, part_i_ptr, second_ptr, out_v_ptr, out_i_ptr, 
     for i in range(K):
         best = tl.max(keys, axis=1)
         value, key_id = _decode(best, nan_row)
+        if FINALIZE:  # finalize_kernel's subtraction
+            value = value - lse
         tl.store(out_v_ptr + out + i, value, mask=rows < N)
         if CODES:
             chosen = tl.where(slots[None, :] == i, key_id[:, None], chosen)
@@ -218,33 +232,40 @@ def select_tiles_kernel(tile_max_ptr, packed_ptr, second_ptr, out_v_ptr, out_i_p
 
 
 def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides, out,
-                  elements, codes=0, block_v=0, second=None):
+                  elements, codes=0, block_v=0, second=None, fin=None):
     """``codes`` (1, 2): ``part_i`` is best_tiles' packed second (third) maxima, with
     ``second`` its exact second maxima for 2, the ids written are codes (CODES); else its
-    ids, or None: the ids are the slots."""
+    ids, or None: the ids are the slots. ``fin`` (not with codes): the rows' finalize in
+    the same launch (merge_topk)."""
     values, ids = out if out is not None else (
         torch.empty(n_rows, k, dtype=torch.float32, device=part_v.device),
         torch.empty(n_rows, k, dtype=torch.int64, device=part_v.device))
     width = next_power_of_2(splits * width_split)
     block_r = max(1, min(64, elements // width))
-    launch(merge_topk_kernel, (cdiv(n_rows, block_r),),
+    programs = cdiv(n_rows, block_r)
+    finalized, fin_args, fin_flags = finalize_outputs(fin, n_rows, programs, part_v.device)
+    launch(merge_topk_kernel, (programs,),
         part_v, part_v if part_i is None else part_i, part_v if second is None else second,
         values, ids, n_rows, vocab,
-        width_split, k, splits, *strides, block_v, BLOCK_R=block_r, WIDTH=width, PAD=PAD_ID,
-        SLOT_IDS=bool(codes) or part_i is None, CODES=codes, KP=next_power_of_2(k) if codes else 1,
+        width_split, k, splits, *strides, block_v, *fin_args, BLOCK_R=block_r, WIDTH=width,
+        PAD=PAD_ID, SLOT_IDS=bool(codes) or part_i is None, CODES=codes,
+        KP=next_power_of_2(k) if codes else 1, **fin_flags,
         num_warps=4 if width <= 1024 else 8)
-    return values, ids
+    return (values, ids) if fin is None else (values, ids, finalized)
 
 
 def merge_topk(part_v: torch.Tensor, part_i: torch.Tensor, vocab: int, k: int | None = None,
-               out: tuple[torch.Tensor, torch.Tensor] | None = None):
+               out: tuple[torch.Tensor, torch.Tensor] | None = None,
+               fin: Finalizing | None = None):
     """([N, k] fp32 values, int64 ids) of [S, N, W] per-split lists (int32 ids; >= vocab:
     unfilled), in the contract's order: descending value, ties to the lower id; k: W unless
-    given; ``out``: contiguous [N, k] values and ids to write them to."""
+    given; ``out``: contiguous [N, k] values and ids to write them to. ``fin``: the rows'
+    finalize in the same launch: (values as log-probs, ids, finalize's outputs)."""
     splits, n_rows, width_split = part_v.shape
     return _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits,
                          width_split if k is None else k,
-                         (n_rows * width_split, width_split, 1), out, MERGE_TOPK_ELEMENTS)
+                         (n_rows * width_split, width_split, 1), out, MERGE_TOPK_ELEMENTS,
+                         fin=fin)
 
 
 def best_tiles(tile_max: torch.Tensor, k: int, tile_second: torch.Tensor | None = None,

@@ -37,7 +37,11 @@ merged statistics do not depend on N (ops/batch_invariance.py); otherwise one ch
 split. The maxima are exact and the rescan's logits do not depend on N either.
 
 Launch (below the kernels): ``topk_stats``, the top-k stage contract (ops/stages.py): the
-split count, the statistics' merge (merge_splits.py), the tiles' pick and the rescan.
+split count, the statistics' merge (merge_splits.py), the tiles' pick and the rescan; and
+without TP finalize's outputs (``finalize``), in the launch of the last kernel (merge_topk
+at k = 1, else merge_runs) where one launch of each takes every row: one launch less a
+call (a 256-token call: two kernels at k = 1, five at k = 8, six at k = 32, whose sort
+takes two; docs/BENCHMARKS.md, pass 22).
 """
 
 from __future__ import annotations
@@ -49,10 +53,11 @@ import triton
 import triton.language as tl
 
 from ..topk_merge import PAD_ID, order_candidates
-from . import autotune_configs
+from . import autotune_configs, finalize_stats
 from ._online_stats import empty_stats, fold_max, label_logit, pad_tile, store_stats, work_item
 from ._tiles import mma_step, round_logits
 from .autotune_configs import KernelConfig
+from .finalize_stats import Finalizing
 from .launch import (cdiv, check_device, default_tma, dot_precision, interpreting,
                      inv_t_args, launch, lo_operand, logits_rounding, mma_dtype,
                      rowmajor, sm_count, tile_source, upcast_dot)
@@ -304,20 +309,33 @@ def _splits(num_m: int, num_v: int, n_rows: int, num_sms: int, chunk_tiles: int 
 def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Tensor | None,
                inv_temperature, with_entropy: bool, k: int, *,
                logits_dtype: torch.dtype | None = None, merged: bool = True,
-               config: KernelConfig | None = None, use_tma: bool | None = None,
+               finalize=None, config: KernelConfig | None = None, use_tma: bool | None = None,
                splits: int | None = None):
     """The top-k stage contract. Mixed operands (split_operand.py): fp32 hidden states are
     split a token block at a time (rows are independent), an fp32 weight a vocab chunk at
     a time (the chunks' statistics merged as splits', their top-k lists as TP shards').
     ``merged=False``: the statistics' chunks [chunks, N, 4] as the kernel wrote them where
-    one launch takes every row (one less launch), else [1, N, 4], merged."""
+    one launch takes every row (one less launch), else [1, N, 4], merged. ``finalize`` (an
+    ops/params.py FinalizeRequest): finalize's outputs in place of the statistics, the
+    values as log-probs: in the launch of the last kernel (merge_topk at k = 1, else
+    merge_runs) where one launch of each kernel takes every row (16-bit operands), else
+    in finalize's own."""
+    fin = None if finalize is None else Finalizing(None, *finalize[:3], with_entropy,
+                                                   finalize.record_alloc)
     out = _topk_stats(hidden, weight, local_labels, inv_temperature, with_entropy, k,
-                      logits_dtype, merged, config, use_tma, splits)
-    return out if merged or out[0].dim() == 3 else (out[0][None], *out[1:])
+                      logits_dtype, merged and fin is None, config, use_tma, splits, fin)
+    if fin is None:
+        return out if merged or out[0].dim() == 3 else (out[0][None], *out[1:])
+    first, values, ids = out
+    if isinstance(first, torch.Tensor):  # not finalized in one of the stage's kernels
+        first = finalize_stats.finalize(first if first.dim() == 3 else first[None],
+                                        *finalize[:3], with_entropy,
+                                        record_alloc=finalize.record_alloc, values=values)
+    return first, values, ids
 
 
 def _topk_stats(hidden, weight, local_labels, inv_temperature, with_entropy, k, logits_dtype,
-                merged, config, use_tma, splits):
+                merged, config, use_tma, splits, fin=None):
     check_device(hidden, weight, *([] if local_labels is None else [local_labels]))
     rounding = logits_rounding(logits_dtype)
     n_tokens, hidden_size = hidden.shape
@@ -335,9 +353,9 @@ def _topk_stats(hidden, weight, local_labels, inv_temperature, with_entropy, k, 
         use_tma = default_tma(hidden, weight)
     cfg = config or _config(mma, lo)
 
-    def run(h_parts, w_parts, labels, inv_t, merged=True):
+    def run(h_parts, w_parts, labels, inv_t, merged=True, fin=None):
         return _topk_range(h_parts, w_parts, labels, inv_t, bool(with_entropy), k, cfg,
-                           use_tma, lo, mma, rounding, splits, merged)
+                           use_tma, lo, mma, rounding, splits, merged, fin)
 
     if lo == 1:
         block = split_rows(n_tokens, hidden_size, cfg.block_m)
@@ -349,7 +367,7 @@ def _topk_stats(hidden, weight, local_labels, inv_temperature, with_entropy, k, 
                 for r0 in range(0, n_tokens, block)]
         return tuple(torch.cat(parts) for parts in zip(*outs))
     if lo == 0:
-        return run((hidden, hidden), (weight, weight), labels, inv_temperature, merged)
+        return run((hidden, hidden), (weight, weight), labels, inv_temperature, merged, fin)
     chunk = split_rows(vocab, hidden_size, cfg.block_v)
     halves = torch.empty(2, chunk, hidden_size, dtype=mma, device=dev)
     per_chunk, values, ids = [], [], []
@@ -431,7 +449,7 @@ def _launch_plan(num_v: int, k: int, chunk_tiles: int, invariant: bool, n_tokens
 
 
 def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
-                mma, rounding, splits, merged=True):
+                mma, rounding, splits, merged=True, fin=None):
     """topk_stats over the rows of ``h_parts`` and the vocab range of ``w_parts`` (each an
     operand twice, or an fp32 operand's hi and lo), in blocks of rows where the partial
     statistics and lists of all the rows would not fit their budget.
@@ -442,7 +460,8 @@ def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     in chunk order; the top-k values are dot products, the same whatever the split, and
     the same bits with or without the second maxima (_second_max, decided here for the
     range's rows). Off, statistics go per split. ``merged=False``: one
-    launch's chunks unmerged (topk_stats).
+    launch's chunks unmerged (topk_stats). ``fin`` (finalize_stats.Finalizing, its
+    statistics unset): finalized in the last kernel where one launch takes every row.
     """
     n_tokens = h_parts[0].shape[0]
     num_v = cdiv(w_parts[0].shape[0], cfg.block_v)
@@ -456,7 +475,7 @@ def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     if n_tokens <= block:
         return _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
                            tma, lo, mma, rounding, splits, chunk_tiles, second,
-                           (fixed_bytes, split_bytes), merged)
+                           (fixed_bytes, split_bytes), merged, fin)
     per_row_t = isinstance(inv_temperature, torch.Tensor)
     outs = [_topk_block((h_parts[0][r0:r0 + block], h_parts[1][r0:r0 + block]), w_parts,
                         None if labels is None else labels[r0:r0 + block],
@@ -468,11 +487,12 @@ def _topk_range(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
 
 
 def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg, tma, lo,
-                mma, rounding, splits, chunk_tiles, second, row_bytes, merged=True):
+                mma, rounding, splits, chunk_tiles, second, row_bytes, merged=True, fin=None):
     """One launch of the kernel over all the rows of ``h_parts``; ``chunk_tiles``: the
     statistics' chunk (None: per split); ``second``: the second maxima stored
     (_second_max); ``row_bytes``: _partial_bytes; ``merged=False``: the chunks' [chunks,
-    N, 4] statistics unmerged."""
+    N, 4] statistics unmerged; ``fin``: finalize's outputs in place of the statistics
+    where the rescan takes every row in one launch (else the statistics)."""
     (h_hi, h_lo), (w_hi, w_lo) = h_parts, w_parts
     n_tokens, hidden_size = h_hi.shape
     vocab = w_hi.shape[0]
@@ -530,7 +550,12 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     elif chunks > 1:
         merge_splits(part, stats, with_entropy)
     del part  # merged: its memory goes to the rescan's row blocks
+    if fin is not None:
+        fin = fin._replace(stats=stats)
     if k == 1:  # the splits' best z and their ids
+        if fin is not None:
+            values, ids, finalized = merge_topk(top_v, top_i, vocab, fin=fin)
+            return finalized, values, ids
         return (stats, *merge_topk(top_v, top_i, vocab))
     # each row's k best tiles, then its top k within them
     if num_v <= MERGE_TOPK_MAX_CANDIDATES:  # one launch (merge_topk.py)
@@ -545,6 +570,8 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
 
         tile_v, tile_i = _best_k(n_tokens, k, num_v, candidates, dev)
     del top_v, top_i, top_s
-    return (stats, *rescan_topk(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma,
-                                lo, mma, rounding, stats.numel() * 4 + lists,
-                                sparse=bool(second)))
+    values, ids, finalized = rescan_topk(h_parts, w_parts, tile_v, tile_i, inv_temperature,
+                                         cfg, tma, lo, mma, rounding,
+                                         stats.numel() * 4 + lists, sparse=bool(second),
+                                         fin=fin)
+    return (stats if finalized is None else finalized), values, ids

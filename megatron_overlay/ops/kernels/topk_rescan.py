@@ -223,34 +223,36 @@ def rescan_kernel(
 
 def rescan_topk(h_parts, w_parts, tile_v: torch.Tensor, tile_i: torch.Tensor,
                 inv_temperature, cfg, tma: bool, lo: int, mma: torch.dtype, rounding,
-                alive_bytes: int = 0, sparse: bool = False):
+                alive_bytes: int = 0, sparse: bool = False, fin=None):
     """([N, k] values, int64 ids): the rows' top k from their k candidate tiles (``tile_v``
     maxima of z descending, ``tile_i`` tile ids, topk_merge.PAD_ID where unfilled), in row
     blocks within what ``alive_bytes`` (the caller's buffers) leave of FORWARD_EXTRA_BYTES,
     at least RESCAN_BUDGET_BYTES. ``h_parts`` / ``w_parts``: each operand twice, or
     an fp32 operand's hi and lo halves (``lo``: launch.lo_operand; ``mma``: launch.mma_dtype).
     ``sparse``: ``tile_i`` holds known maxima's codes (the forward's second maxima), so few
-    pairs are recomputed (RESCAN_ROWS_SPARSE)."""
+    pairs are recomputed (RESCAN_ROWS_SPARSE). ``fin`` (finalize_stats.Finalizing): where
+    one launch takes every row, finalize's outputs from merge_runs' launch (the values
+    then log-probs): (values, ids, finalize's outputs or None)."""
     n_rows, k = tile_v.shape
     dev = tile_v.device
     values = torch.empty(n_rows, k, dtype=torch.float32, device=dev)
     ids = torch.empty(n_rows, k, dtype=torch.int64, device=dev)
     block = rescan_block_rows(k, alive_bytes)
     if n_rows <= block:  # one launch: no row slices (each view costs host time)
-        _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma, rounding,
-                (values, ids), sparse)
-        return values, ids
+        finalized = _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo,
+                            mma, rounding, (values, ids), sparse, fin)
+        return values, ids, finalized
     per_row_t = isinstance(inv_temperature, torch.Tensor)
     for r0 in range(0, n_rows, block):
         rows = slice(r0, r0 + block)
         _rescan((h_parts[0][rows], h_parts[1][rows]), w_parts, tile_v[rows], tile_i[rows],
                 inv_temperature[rows] if per_row_t else inv_temperature, cfg, tma, lo, mma,
                 rounding, (values[rows], ids[rows]), sparse)
-    return values, ids
+    return values, ids, None
 
 
 def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma, rounding,
-            out, sparse=False):
+            out, sparse=False, fin=None):
     (h_hi, h_lo), (w_hi, w_lo) = h_parts, w_parts
     n_rows, k = tile_v.shape
     vocab, hidden_size = w_hi.shape
@@ -275,4 +277,4 @@ def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma
         UPCAST_DOT=upcast_dot(mma), ROW_INV_T=inv_t_rows is not None,
         LOGITS_DTYPE=rounding, LO=lo, OPAQUE_COLUMNS=not interpreting(), PAD=PAD_ID,
         num_warps=RESCAN_WARPS, num_stages=min(RESCAN_STAGES, cfg.num_stages))
-    merge_runs(cand_v, cand_i, vocab, k, out)
+    return merge_runs(cand_v, cand_i, vocab, k, out, fin)
