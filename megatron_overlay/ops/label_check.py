@@ -188,7 +188,8 @@ def bad_labels(labels: torch.Tensor, vocab_size: int, ignore_index: int) -> torc
 def record(bad: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """[1, 4] int64 on the device: (count, smallest bad id, largest bad id, first bad index
     in the flattened tensor). A record may have more rows, one per block of tokens (the
-    Triton ``finalize``'s); ``_raise_if_bad`` reduces them."""
+    Triton ``finalize``'s, or the top-k's last kernel's: kernels/_record.py);
+    ``_raise_if_bad`` reduces them."""
     ids = labels.reshape(-1).to(torch.int64)
     bad = bad.reshape(-1)
     if not bad.numel():  # no tokens: a clean record (amin / amax have nothing to reduce)
@@ -211,7 +212,7 @@ def defer(bad: torch.Tensor, labels: torch.Tensor, vocab_size: int, ignore_index
 def defer_record(rec: torch.Tensor, labels: torch.Tensor, vocab_size: int,
                  ignore_index: int, batch: int | None = None) -> None:
     """Queue the check of one call's labels from a record the stages made (``record``'s
-    layout, [rows, 4]; the Triton ``finalize`` writes one row per token block); no sync.
+    layout, [rows, 4]; the Triton kernels write one row per block of tokens); no sync.
     ``batch``: as check_eagerly's."""
     if labels.numel():
         _defer(rec, partial(_message, vocab_size=vocab_size, ignore_index=ignore_index,

@@ -76,7 +76,6 @@ class LogprobParams:
                            check_flag(self.strict_labels, "strict_labels", allow_none=True))
 
 
-
 class FinalizeRequest(NamedTuple):
     """The top-k stage's ``finalize`` argument (ops/stages.py): finalize's arguments beside
     the statistics, so that a stage gives finalize's outputs itself where no TP merge

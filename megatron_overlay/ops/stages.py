@@ -158,9 +158,10 @@ class TopkStage(Protocol):
 
         ``finalize`` (no TP: nothing comes between the statistics and finalize): the first
         item is ``LogprobStages.finalize``'s outputs of the statistics instead (with the
-        request's labels, vocab size, ignore_index and record_alloc, and ``with_entropy``),
-        and the values are log-probs, as finalize's ``values`` makes them; the Triton
-        stage runs it in its last kernel's launch where one launch takes every row."""
+        request's labels, vocab size, ignore_index and record_alloc, and ``with_entropy``;
+        ``merged`` then has no say), and the values are log-probs, as finalize's ``values``
+        makes them; the Triton stage runs it in its last kernel's launch where one launch
+        takes every row."""
         ...
 
 

@@ -283,18 +283,8 @@ def _worker() -> int:
                     apart = bool(calls)
                 finally:
                     finalize_stats.finalize = own
-                # the op: the bad labels raise, naming them (the record's reduction)
-                os.environ["MEGATRON_OVERLAY_IMPL"] = "triton"
-                try:
-                    linear_topk_logprobs(hidden, weight, 4, labels=labels)
-                    raised = ""
-                except ValueError as e:
-                    raised = str(e)
-                finally:
-                    os.environ.pop("MEGATRON_OVERLAY_IMPL")
                 report[case] = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
                                 "fused": fused and in_kernel and apart,
-                                "raised": "-7" in raised and "130" in raised,
                                 "dtype": str(dtype)[6:]}
             elif kind == "unmerged":  # forward stages' merged=False: finalize's outputs alike
                 hidden, weight, labels, inv_t = inputs(33, 32, 130, dtype, seed=13)
@@ -736,7 +726,7 @@ def test_interpreter_case(report, case):
     if "nan_rows" in res:
         assert res["nan_rows"], res
     if "fused" in res:  # the same bits as finalize's own launch, which then never ran
-        assert res["fused"] and res["raised"], res
+        assert res["fused"], res
     if "invariant" in res:  # bits whatever N, the row's position and the split count
         assert res["invariant"] and res["splits_same"], res
         assert res["as_logprob"], res  # the same bits as linear_logprob_entropy's

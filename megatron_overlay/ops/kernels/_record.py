@@ -1,5 +1,7 @@
 """The label check's record, one row a program (ops/label_check.py reads the rows): shared
-by the kernels that check ids (finalize_stats.py for labels, check_ids.py for given ids)."""
+by the kernels that check ids (finalize_stats.py for labels, and through its
+``finalize_rows`` the top-k's last kernels, merge_topk.py and merge_runs.py; check_ids.py
+for given ids)."""
 
 import torch
 import triton

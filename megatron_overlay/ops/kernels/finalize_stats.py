@@ -121,35 +121,42 @@ def finalize_outputs(fin: Finalizing | None, n_tokens: int, programs: int,
         unused = _PLACEHOLDER.get(device)
         if unused is None:
             unused = _PLACEHOLDER[device] = torch.empty(1, dtype=torch.float32, device=device)
-        return None, [unused] * 9 + [1, 0, 0], _NO_FINALIZE
-    stats = fin.stats if fin.stats.dim() == 3 else fin.stats[None]
-    has_labels = fin.labels is not None
+        return None, [unused] * 9 + [1, 0, 0], dict(FINALIZE=False, HAS_LABELS=False,
+                                                    WITH_ENTROPY=False)
+    outputs, args = _outputs(fin.stats if fin.stats.dim() == 3 else fin.stats[None],
+                             fin.labels, fin.vocab_size, fin.ignore_index, fin.with_entropy,
+                             fin.record_alloc, n_tokens, programs, device)
+    return outputs, args, dict(FINALIZE=True, HAS_LABELS=fin.labels is not None,
+                               WITH_ENTROPY=bool(fin.with_entropy))
+
+
+def _outputs(stats, labels, vocab_size, ignore_index, with_entropy, record_alloc, n_tokens,
+             programs, device):
+    """(finalize's outputs allocated, the kernel's finalize arguments, finalize_rows' order)."""
+    has_labels = labels is not None
     # two allocations instead of four (each costs host time): what the ops save for the
     # backward, apart from what they return (an in-place edit of a returned tensor bumps
     # the version counter of its whole allocation, which autograd checks on saved tensors)
     lse, mean_z = torch.empty(2, n_tokens, dtype=torch.float32, device=device).unbind(0)
     log_probs, entropy = torch.empty(2, n_tokens, dtype=torch.float32, device=device).unbind(0)
-    if not fin.with_entropy:
+    if not with_entropy:
         mean_z = entropy = None
-    valid = bad = rec = flags = None
+    valid = bad = rec = None
     if not has_labels:
         log_probs = None
+        args = [stats.contiguous(), stats, lse, mean_z if with_entropy else lse,
+                entropy if with_entropy else lse, lse, lse, lse, lse]
     else:
         flags = torch.empty(2, n_tokens, dtype=torch.int8, device=device)
         valid, bad = flags.view(torch.bool).unbind(0)
-        rec = record_buffer(programs, device, fin.record_alloc)  # a row per program
-    stats = stats.contiguous()
-    labels = fin.labels.contiguous() if has_labels else None  # labels[i] at labels_ptr + i
-    args = [stats, labels if has_labels else stats, lse,
-            mean_z if fin.with_entropy else lse, entropy if fin.with_entropy else lse,
-            log_probs if has_labels else lse, flags[0] if has_labels else lse,
-            flags[1] if has_labels else lse, rec if has_labels else lse,
-            stats.shape[0], fin.vocab_size, fin.ignore_index]
-    return (lse, mean_z, entropy, log_probs, valid, bad, rec), args, dict(
-        FINALIZE=True, HAS_LABELS=has_labels, WITH_ENTROPY=bool(fin.with_entropy))
+        rec = record_buffer(programs, device, record_alloc)  # a row per program
+        # labels[i] at labels_ptr + i
+        args = [stats.contiguous(), labels.contiguous(), lse, mean_z if with_entropy else lse,
+                entropy if with_entropy else lse, log_probs, flags[0], flags[1], rec]
+    args += [stats.shape[0], vocab_size, ignore_index]
+    return (lse, mean_z, entropy, log_probs, valid, bad, rec), args
 
 
-_NO_FINALIZE = dict(FINALIZE=False, HAS_LABELS=False, WITH_ENTROPY=False)
 _PLACEHOLDER: dict = {}  # device -> a one-element tensor standing for unused pointers
 
 
@@ -170,18 +177,16 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
                          f"writes it in place), got {values.dtype} of shape "
                          f"{tuple(values.shape)} and strides {values.stride()}")
     programs = cdiv(n_tokens, FINALIZE_BLOCK)
-    outputs, args, flags = finalize_outputs(
-        Finalizing(stats, labels, vocab_size, ignore_index, with_entropy, record_alloc),
-        n_tokens, programs, stats.device)
+    outputs, args = _outputs(stats, labels, vocab_size, ignore_index, with_entropy,
+                             record_alloc, n_tokens, programs, stats.device)
     if n_tokens == 0:
         return outputs
-    flags.pop("FINALIZE")
     lse = outputs[0]
     launch(finalize_kernel, (programs,), *args,
         values if has_values else lse,
         nan_rows.view(torch.int8) if has_values and nan_rows is not None else lse,
-        n_tokens, values.shape[1] if has_values else 0, **flags,
-        HAS_VALUES=has_values, HAS_NAN_ROWS=has_values and nan_rows is not None,
+        n_tokens, values.shape[1] if has_values else 0, HAS_LABELS=labels is not None,
+        WITH_ENTROPY=with_entropy, HAS_VALUES=has_values, HAS_NAN_ROWS=has_values and nan_rows is not None,
         BLOCK=FINALIZE_BLOCK,
         KBLOCK=min(VALUES_BLOCK, next_power_of_2(values.shape[1])) if has_values else 1)
     return outputs

@@ -237,6 +237,7 @@ def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides
     ``second`` its exact second maxima for 2, the ids written are codes (CODES); else its
     ids, or None: the ids are the slots. ``fin`` (not with codes): the rows' finalize in
     the same launch (merge_topk)."""
+    assert not (fin is not None and codes), "best_tiles' codes are not log-probs"
     values, ids = out if out is not None else (
         torch.empty(n_rows, k, dtype=torch.float32, device=part_v.device),
         torch.empty(n_rows, k, dtype=torch.int64, device=part_v.device))

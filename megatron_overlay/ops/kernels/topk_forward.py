@@ -318,8 +318,8 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
     one launch takes every row (one less launch), else [1, N, 4], merged. ``finalize`` (an
     ops/params.py FinalizeRequest): finalize's outputs in place of the statistics, the
     values as log-probs: in the launch of the last kernel (merge_topk at k = 1, else
-    merge_runs) where one launch of each kernel takes every row (16-bit operands), else
-    in finalize's own."""
+    merge_runs) where one launch of each kernel takes every row (operands of one dtype:
+    mixed fp32 / 16-bit ones launch in blocks), else in finalize's own."""
     fin = None if finalize is None else Finalizing(None, *finalize[:3], with_entropy,
                                                    finalize.record_alloc)
     out = _topk_stats(hidden, weight, local_labels, inv_temperature, with_entropy, k,
@@ -491,8 +491,9 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     """One launch of the kernel over all the rows of ``h_parts``; ``chunk_tiles``: the
     statistics' chunk (None: per split); ``second``: the second maxima stored
     (_second_max); ``row_bytes``: _partial_bytes; ``merged=False``: the chunks' [chunks,
-    N, 4] statistics unmerged; ``fin``: finalize's outputs in place of the statistics
-    where the rescan takes every row in one launch (else the statistics)."""
+    N, 4] statistics unmerged; ``fin``: finalize's outputs in place of the statistics at
+    k = 1, and at k > 1 where the rescan takes every row in one launch (else the
+    statistics)."""
     (h_hi, h_lo), (w_hi, w_lo) = h_parts, w_parts
     n_tokens, hidden_size = h_hi.shape
     vocab = w_hi.shape[0]
