@@ -78,9 +78,8 @@ class LinearTopkLogprobs(torch.autograd.Function):
         # as linear_logprob_entropy: out-of-range labels give NaN log-probs; on CUDA the
         # host raises later, without a sync (ops/label_check.py)
         record_alloc = label_check.host_record if hidden.is_cuda else None
-        # without TP the stage finalizes too (on GPU in its last kernel's launch), and
-        # the top-k's z come back as log-probs
-        # (TP: the shard's statistics; else finalize's outputs)
+        # without TP the stage finalizes too (on GPU in its last kernel's launch): finalize's
+        # outputs, and the top-k's z come back as log-probs; with TP the shard's statistics
         per_token, values, ids = topk_impl.topk_stats(
             hidden, weight, local_labels, inv_t, params.return_entropy, k,
             logits_dtype=params.logits_dtype, merged=tp,

@@ -103,30 +103,26 @@ def finalize_kernel(stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr,
 class Finalizing(NamedTuple):
     """What a kernel needs to run ``finalize_rows`` for its rows in its own launch (the
     top-k's last kernels, where no TP merge comes between the statistics and finalize):
-    finalize's arguments."""
+    the statistics and the rest of finalize's arguments."""
     stats: torch.Tensor           # [S, N, 4] parts (or [N, 4]: one)
-    labels: torch.Tensor | None   # [N] global ids
-    vocab_size: int
-    ignore_index: int
+    request: tuple                # ops/params.py's FinalizeRequest
     with_entropy: bool
-    record_alloc: object = None   # stages.RecordAlloc
 
 
 def finalize_outputs(fin: Finalizing | None, n_tokens: int, programs: int,
-                     device: torch.device) -> tuple[tuple | None, list, dict]:
+                     unused: torch.Tensor) -> tuple[tuple | None, list, dict]:
     """(finalize's outputs, the kernel's finalize arguments, their constexprs) for a launch
-    of ``programs`` programs (a record row each) over ``n_tokens`` rows; ``fin`` None: no
-    outputs, placeholders (any tensor) and FINALIZE=False."""
+    of ``programs`` programs (a record row each) over ``n_tokens`` rows, on ``unused``'s
+    device; ``fin`` None: no outputs, ``unused`` (any tensor of the launch) for every
+    pointer, and FINALIZE=False."""
     if fin is None:
-        unused = _PLACEHOLDER.get(device)
-        if unused is None:
-            unused = _PLACEHOLDER[device] = torch.empty(1, dtype=torch.float32, device=device)
         return None, [unused] * 9 + [1, 0, 0], dict(FINALIZE=False, HAS_LABELS=False,
                                                     WITH_ENTROPY=False)
-    outputs, args = _outputs(fin.stats if fin.stats.dim() == 3 else fin.stats[None],
-                             fin.labels, fin.vocab_size, fin.ignore_index, fin.with_entropy,
-                             fin.record_alloc, n_tokens, programs, device)
-    return outputs, args, dict(FINALIZE=True, HAS_LABELS=fin.labels is not None,
+    labels, vocab_size, ignore_index, record_alloc = fin.request
+    outputs, args = _outputs(fin.stats if fin.stats.dim() == 3 else fin.stats[None], labels,
+                             vocab_size, ignore_index, fin.with_entropy, record_alloc,
+                             n_tokens, programs, unused.device)
+    return outputs, args, dict(FINALIZE=True, HAS_LABELS=labels is not None,
                                WITH_ENTROPY=bool(fin.with_entropy))
 
 
@@ -157,9 +153,6 @@ def _outputs(stats, labels, vocab_size, ignore_index, with_entropy, record_alloc
     return (lse, mean_z, entropy, log_probs, valid, bad, rec), args
 
 
-_PLACEHOLDER: dict = {}  # device -> a one-element tensor standing for unused pointers
-
-
 def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
              ignore_index: int, with_entropy: bool, *, record_alloc=None, values=None,
              nan_rows=None):
@@ -186,7 +179,7 @@ def finalize(stats: torch.Tensor, labels: torch.Tensor | None, vocab_size: int,
         values if has_values else lse,
         nan_rows.view(torch.int8) if has_values and nan_rows is not None else lse,
         n_tokens, values.shape[1] if has_values else 0, HAS_LABELS=labels is not None,
-        WITH_ENTROPY=with_entropy, HAS_VALUES=has_values, HAS_NAN_ROWS=has_values and nan_rows is not None,
-        BLOCK=FINALIZE_BLOCK,
+        WITH_ENTROPY=with_entropy, HAS_VALUES=has_values,
+        HAS_NAN_ROWS=has_values and nan_rows is not None, BLOCK=FINALIZE_BLOCK,
         KBLOCK=min(VALUES_BLOCK, next_power_of_2(values.shape[1])) if has_values else 1)
     return outputs

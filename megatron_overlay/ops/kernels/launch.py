@@ -257,7 +257,6 @@ def _compile_knobs() -> tuple:
             getattr(runtime, "override_arch", None))
 
 
-
 def _hooked() -> bool:
     """A launch hook is set (a profiler's), or a stages-inspection hook (which changes
     how Triton compiles). Triton 3.5+ keeps launch hooks in a ``HookChain`` (never None:

@@ -98,7 +98,7 @@ def merge_runs(cand_v: torch.Tensor, cand_i: torch.Tensor, vocab: int, k: int,
     if fin is not None:  # finalize's rows a program at most (its registers)
         block_r = min(block_r, FINALIZE_BLOCK)
     programs = cdiv(n_rows, block_r)
-    finalized, fin_args, fin_flags = finalize_outputs(fin, n_rows, programs, cand_v.device)
+    finalized, fin_args, fin_flags = finalize_outputs(fin, n_rows, programs, cand_v)
     launch(merge_runs_kernel, (programs,),
            cand_v, cand_i, out[0], out[1], n_rows, vocab, k, *fin_args, BLOCK_R=block_r,
            KP=runs, PAD=PAD_ID, **fin_flags, num_warps=4)

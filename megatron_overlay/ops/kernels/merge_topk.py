@@ -244,7 +244,7 @@ def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides
     width = next_power_of_2(splits * width_split)
     block_r = max(1, min(64, elements // width))
     programs = cdiv(n_rows, block_r)
-    finalized, fin_args, fin_flags = finalize_outputs(fin, n_rows, programs, part_v.device)
+    finalized, fin_args, fin_flags = finalize_outputs(fin, n_rows, programs, part_v)
     launch(merge_topk_kernel, (programs,),
         part_v, part_v if part_i is None else part_i, part_v if second is None else second,
         values, ids, n_rows, vocab,

@@ -320,8 +320,7 @@ def topk_stats(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.T
     values as log-probs: in the launch of the last kernel (merge_topk at k = 1, else
     merge_runs) where one launch of each kernel takes every row (operands of one dtype:
     mixed fp32 / 16-bit ones launch in blocks), else in finalize's own."""
-    fin = None if finalize is None else Finalizing(None, *finalize[:3], with_entropy,
-                                                   finalize.record_alloc)
+    fin = None if finalize is None else Finalizing(None, finalize, with_entropy)
     out = _topk_stats(hidden, weight, local_labels, inv_temperature, with_entropy, k,
                       logits_dtype, merged and fin is None, config, use_tma, splits, fin)
     if fin is None:
