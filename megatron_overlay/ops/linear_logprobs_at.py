@@ -5,9 +5,10 @@
 E.g. a teacher's top-k ids: the student's log-probs at them, differentiable w.r.t. hidden
 and weight. The log-sum-exp (and entropy) come from the log-prob stage
 (``forward_stats`` with no label, torch or Triton by device); the K logits per token from
-the stages' ``logits_at`` (sparse). Backward: d/dz sum_i g_i log p(y_i) = sum_i g_i 1[j = y_i] - p_j
-sum_i g_i, i.e. the log-prob stage's backward with no label and g = sum_i g_i (the dense
-part) plus the indicator terms, passed to it as ``sparse_ids`` / ``sparse_grads``.
+the stages' ``logits_at_ids`` (sparse; it checks and shards the ids too). Backward:
+d/dz sum_i g_i log p(y_i) = sum_i g_i 1[j = y_i] - p_j sum_i g_i, i.e. the log-prob stage's
+backward with no label and g = sum_i g_i (the dense part) plus the indicator terms, passed
+to it as ``sparse_ids`` / ``sparse_grads``.
 Vocab-parallel TP as in linear_logprob.py: ``weight`` is this rank's shard, ids are global.
 """
 
@@ -60,15 +61,15 @@ class LinearLogprobsAt(torch.autograd.Function):
         # Out-of-range ids (ValueError on CPU and in strict mode, before this): their rows
         # get NaN log-probs and gradients, the ids themselves read nothing (they lie in no
         # vocab shard), and on CUDA the host raises later (ops/label_check.py). One launch
-        # on GPU checks, shards and records (the host time of a call is what a small-N
-        # call waits for).
-        local_ids, bad_rows, record = impl.check_ids(
-            token_ids, vocab_start, weight.shape[0], weight.shape[0] * world,
+        # on GPU checks, shards, records and gathers z at the ids (the host time of a call
+        # is what a small-N call waits for).
+        z_at, local_ids, bad_rows, record = impl.logits_at_ids(
+            hidden, weight, token_ids, vocab_start, weight.shape[0], weight.shape[0] * world,
+            inv_t, logits_dtype=params.logits_dtype,
             record_alloc=label_check.host_record if hidden.is_cuda else None)
         if hidden.is_cuda:
             label_check.defer_ids(record, token_ids, weight.shape[0] * world,
                                   batch=params.token_batch)
-        z_at = impl.logits_at(hidden, weight, local_ids, inv_t, logits_dtype=params.logits_dtype)
         if tp:
             stats = gather_stats(stats, tp_group)
             dist.all_reduce(z_at, group=tp_group)  # each id lives in exactly one shard

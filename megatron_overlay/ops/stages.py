@@ -140,6 +140,16 @@ class LogprobStages(Protocol):
         is backward's ``sparse_ids`` term.)"""
         ...
 
+    def logits_at_ids(self, hidden: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor,
+                      vocab_start: int, local_vocab: int, vocab_size: int,
+                      inv_temperature: InvTemperature, *,
+                      logits_dtype: torch.dtype | None = None,
+                      record_alloc: RecordAlloc | None = None) -> tuple:
+        """``check_ids`` of the global ``ids`` [N, K], then ``logits_at`` at its local ids:
+        ``(z [N, K], local_ids, bad_rows, record)``, each as those two give it (the Triton
+        stage: in one launch)."""
+        ...
+
 
 class TopkStage(Protocol):
     """The top-k forward stage (ops/linear_topk.py); its backward is LogprobStages.backward

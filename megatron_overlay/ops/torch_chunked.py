@@ -5,7 +5,7 @@ VOCAB_CHUNK), never O(N x V). Backward recomputes each tile's logits.
 
 The log-prob stages of ops/stages.py (``LogprobStages``: the contract): forward_stats,
 finalize, backward, check_ids, logits_at (sparse: token chunks bound the gathered weight
-rows to GATHER_BUDGET_BYTES) and inverse_temperature_rows (ops/temperature.py's torch
+rows to GATHER_BUDGET_BYTES), logits_at_ids (the two) and inverse_temperature_rows (ops/temperature.py's torch
 form). ``token_chunk`` / ``vocab_chunk``: tile sizes, for tests.
 """
 
@@ -217,3 +217,13 @@ def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tenso
         z = z * row_slice(inv_temperature, rows)
         out[rows] = torch.where(here[rows], z, torch.zeros_like(z))
     return out
+
+
+def logits_at_ids(hidden: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor,
+                  vocab_start: int, local_vocab: int, vocab_size: int, inv_temperature, *,
+                  logits_dtype: torch.dtype | None = None, record_alloc=None):
+    """check_ids, then logits_at at its local ids; see ops/stages.py."""
+    local, bad_rows, record = check_ids(ids, vocab_start, local_vocab, vocab_size,
+                                        record_alloc=record_alloc)
+    return (logits_at(hidden, weight, local, inv_temperature, logits_dtype=logits_dtype),
+            local, bad_rows, record)

@@ -22,7 +22,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton", reason="Triton is not installed")
 
 from megatron_overlay.ops import (check_labels, label_check, linear_logprob_entropy,  # noqa: E402
-                                  linear_topk_logprobs)
+                                  linear_logprobs_at, linear_topk_logprobs)
 
 N, H, V = 1029, 256, 7000
 # The precision modes of the op (issue 18): (hidden dtype, weight dtype, logits_dtype)
@@ -160,6 +160,80 @@ def test_bad_labels_on_cuda_raise_later_naming_them():
     # strict mode: at once, before any work
     with pytest.raises(ValueError, match="labels out of range: 2 label"):
         linear_logprob_entropy(hidden, weight, labels, temperature=0.7, strict_labels=True)
+    label_check._pending.clear()
+
+
+@pytest.mark.parametrize("n, k", [(256, 8), (256, 1), (1029, 32)])
+def test_topk_bad_labels_raise_later_eager_and_captured(n, k):
+    """Out-of-range labels through the top-k op (at 256 tokens finalize runs in its last
+    kernel's launch, pass 22; at 1029 and k = 32 in its own): their rows' log-probs are
+    NaN, the top-k is the call's without labels, and check_labels() names them, once;
+    captured, a replay's bad labels likewise."""
+    hidden, weight, labels = _inputs(n=n)
+    labels[4], labels[n - 7] = V + 3, -5
+    label_check._pending.clear()
+
+    def topk():
+        return linear_topk_logprobs(hidden, weight, k, temperature=0.7, labels=labels,
+                                    return_entropy=True)
+
+    with torch.no_grad():
+        out = topk()  # no raise
+        plain = linear_topk_logprobs(hidden, weight, k, temperature=0.7)
+        bad = torch.zeros(n, dtype=torch.bool, device="cuda")
+        bad[[4, n - 7]] = True
+        assert torch.equal(out.log_probs.isnan(), bad) and not out.entropy.isnan().any()
+        assert torch.equal(out.topk_ids, plain.topk_ids)
+        assert torch.equal(out.topk_log_probs, plain.topk_log_probs)
+        with pytest.raises(ValueError, match=rf"2 label id\(s\) outside \[0, {V}\).*smallest "
+                                             rf"-5, largest {V + 3}, first at token 4"):
+            check_labels()
+        check_labels()  # reported once
+        labels[4], labels[n - 7] = 0, 1
+        graph, captured = _capture(topk)
+        graph.replay()
+        check_labels()  # a clean replay
+        labels[9] = V
+        graph.replay()
+        with pytest.raises(ValueError, match=rf"1 label id\(s\) outside \[0, {V}\)"):
+            check_labels()
+        check_labels()
+        assert captured.log_probs[9].isnan() and not captured.log_probs[:9].isnan().any()
+    label_check._pending.clear()
+
+
+def test_at_ids_bad_ids_raise_later_eager_and_captured():
+    """Out-of-range token ids through linear_logprobs_at (checked and gathered in one
+    launch): their rows' log-probs are NaN, the others the call's with those ids made
+    good, and check_labels() names them, once; captured, a replay's bad ids likewise."""
+    n = 300
+    hidden, weight, _ = _inputs(n=n)
+    g = torch.Generator(device="cuda").manual_seed(4)
+    ids = torch.randint(0, V, (n, 8), device="cuda", generator=g)
+    good = linear_logprobs_at(hidden, weight, ids, temperature=0.7)[0]
+    ids[5, 3], ids[200, 0] = V, -2
+    label_check._pending.clear()
+    with torch.no_grad():
+        lp = linear_logprobs_at(hidden, weight, ids, temperature=0.7)[0]  # no raise
+        bad = torch.zeros(n, dtype=torch.bool, device="cuda")
+        bad[[5, 200]] = True
+        assert lp[bad].isnan().all() and torch.equal(lp[~bad], good[~bad])
+        with pytest.raises(ValueError, match=rf"token_ids out of range.*\[0, {V}\); got 2 "
+                                             rf"outside it \(smallest -2, largest {V}, first "
+                                             rf"at token 5\)"):
+            check_labels()
+        check_labels()
+        ids[5, 3], ids[200, 0] = 1, 2
+        graph, (captured, _) = _capture(
+            lambda: linear_logprobs_at(hidden, weight, ids, temperature=0.7))
+        graph.replay()
+        check_labels()
+        ids[7, 1] = V + 1
+        graph.replay()
+        with pytest.raises(ValueError, match=rf"token_ids out of range.*got 1 outside it"):
+            check_labels()
+        check_labels()
+        assert captured[7].isnan().all() and not captured[:7].isnan().any()
     label_check._pending.clear()
 
 

@@ -108,6 +108,26 @@ def test_logits_at_kernel_matches_torch(dtype, k):
         torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("k", [1, 5, 40])
+def test_check_and_gather_in_one_launch_is_the_two_kernels(dtype, k):
+    """logits_at_ids (the at-ids op's one launch): check_ids' and logits_at's outputs bit
+    for bit, in a vocab shard too, with bad ids (below 0, at V and past it)."""
+    hidden, weight, _, inv_t = _inputs(777, 1000, 3001, dtype)
+    ids = torch.randint(-2, 3003, (777, k), device="cuda")
+    ids[3, 0], ids[10, k - 1], ids[11] = 3001, -5, 7  # bad ids, and a clean row
+    for start, width in ((0, 3001), (1000, 1200)):
+        shard = weight[start:start + width]
+        local, bad_rows, record = triton_impl.check_ids(ids, start, width, 3001)
+        assert bad_rows[3] and bad_rows[10] and not bad_rows[11]
+        for inv_temperature in (inv_t, 1 / 0.7):
+            z = triton_impl.logits_at(hidden, shard, local, inv_temperature)
+            got = triton_impl.logits_at_ids(hidden, shard, ids, start, width, 3001,
+                                            inv_temperature)
+            for a, b in zip(got, (z, local, bad_rows, record)):
+                assert torch.equal(a, b)
+
+
 def test_ops_match_torch_impl(monkeypatch):
     hidden, weight, labels, inv_t = _inputs(513, 256, 7000, torch.bfloat16, seed=3)
     labels[labels < 0] = -100

@@ -332,15 +332,28 @@ def _worker() -> int:
                             min((r[3] for r in rows), default=None))
 
                 same, vocab = True, 90
-                for n, k in ((45, 3), (33, 70), (1, 1), (64, 129)):
+                weights = torch.randn(vocab, 16, generator=g).to(torch.bfloat16)
+                for n, k in ((45, 3), (33, 70), (1, 1), (64, 129), (3, 0)):
                     ids = torch.randint(-3, vocab + 3, (n, k), generator=g).to(dtype)
                     ids[n // 2] = ids[n // 2].clamp(0, vocab - 1)  # a clean row
+                    hidden = torch.randn(n, 16, generator=g).to(torch.bfloat16)
+                    inv_t = torch.rand(n, generator=g) + 0.5
                     for start, width in ((0, vocab), (0, 30), (30, 30), (60, 30)):
                         ref = torch_chunked.check_ids(ids, start, width, vocab)
                         got = triton_impl.check_ids(ids, start, width, vocab)
                         same &= (torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
                                  and summary(got[2]) == summary(ref[2])
                                  and got[0].dtype == torch.int64)
+                        # the check and the gather in one launch (the op's path): the two
+                        # kernels' outputs bit for bit, the gather's at the global ids
+                        weight = weights[start:start + width]
+                        for temperature in (inv_t, 1 / 0.7):
+                            fused = triton_impl.logits_at_ids(hidden, weight, ids, start, width,
+                                                              vocab, temperature)
+                            z = triton_impl.logits_at(hidden, weight, got[0], temperature)
+                            same &= all(torch.equal(a, b) for a, b in zip(fused, (z, *got)))
+                        same &= summary(torch_chunked.logits_at_ids(
+                            hidden, weight, ids, start, width, vocab, 1.0)[3]) == summary(ref[2])
                 report[case] = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": same,
                                 "dtype": str(dtype)[6:]}
             elif kind == "gather":  # logits at given ids: the kernel against the torch stage

@@ -12,7 +12,7 @@
     logprob_backward.py   recomputed logits tile -> d(loss)/d(logits) chunk (bf16/fp16/fp32)
     sparse_grad.py        backward: the sparse indicator terms added to that chunk
     gemm_fp32.py          backward: the chunk's two cuBLAS GEMMs with fp32 outputs (no Triton)
-    gather_dot.py         logits at a few given ids per token
+    gather_dot.py         logits at a few given ids per token (with check_ids' check: one launch)
     split_operand.py      mixed operands: an fp32 operand as 16-bit hi + lo halves
     _record.py            the label check's record: its row store and its buffer
     _online_stats.py      device helpers of both forward kernels (work item, folds, stores)

@@ -31,10 +31,10 @@ CHECK_BLOCK_IDS = 64
 
 
 @triton.jit
-def check_ids_kernel(ids_ptr, local_ptr, bad_rows_ptr, rec_ptr, N, K, vocab_start,
-                     local_vocab, vocab_size, BLOCK_ROWS: tl.constexpr,
-                     BLOCK_IDS: tl.constexpr):
-    pid = tl.program_id(0)
+def check_rows(ids_ptr, local_ptr, bad_rows_ptr, rec_ptr, pid, N, K, vocab_start, local_vocab,
+               vocab_size, BLOCK_ROWS: tl.constexpr, BLOCK_IDS: tl.constexpr):
+    """Rows [pid * BLOCK_ROWS, +BLOCK_ROWS): their local ids, bad flags and record row
+    ``pid`` (check_ids_kernel's program; gather_dot.check_gather_kernel's check programs)."""
     rows = pid * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     in_rows = rows < N
     big = tl.full([BLOCK_ROWS, BLOCK_IDS], I64_MAX, tl.int64)
@@ -59,6 +59,14 @@ def check_ids_kernel(ids_ptr, local_ptr, bad_rows_ptr, rec_ptr, N, K, vocab_star
         first = tl.minimum(first, tl.min(tl.where(bad, pos, big), axis=1))
     tl.store(bad_rows_ptr + rows, row_bad.to(tl.int8), mask=in_rows)
     store_record(rec_ptr, pid, count, low, high, first)
+
+
+@triton.jit
+def check_ids_kernel(ids_ptr, local_ptr, bad_rows_ptr, rec_ptr, N, K, vocab_start,
+                     local_vocab, vocab_size, BLOCK_ROWS: tl.constexpr,
+                     BLOCK_IDS: tl.constexpr):
+    check_rows(ids_ptr, local_ptr, bad_rows_ptr, rec_ptr, tl.program_id(0), N, K, vocab_start,
+               local_vocab, vocab_size, BLOCK_ROWS, BLOCK_IDS)
 
 
 def check_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int, vocab_size: int, *,

@@ -5,6 +5,7 @@
     backward        logprob_backward.py (+ sparse_grad.py, gemm_fp32.py, split_operand.py)
     check_ids       check_ids.py
     logits_at       gather_dot.py
+    logits_at_ids   gather_dot.py (+ check_ids.py)
     inverse_temperature_rows    inverse_temperature.py
 
 What ops/stages.py's ``pick_impl`` returns on CUDA. Each stage takes keyword-only extras
@@ -16,11 +17,11 @@ from __future__ import annotations
 
 from .check_ids import check_ids
 from .finalize_stats import finalize
-from .gather_dot import logits_at
+from .gather_dot import logits_at, logits_at_ids
 from .inverse_temperature import inverse_temperature_rows
 from .launch import interpreting, tma_supported
 from .logprob_backward import backward
 from .logprob_forward import forward_stats
 
 __all__ = ["backward", "check_ids", "finalize", "forward_stats", "interpreting",
-           "inverse_temperature_rows", "logits_at", "tma_supported"]
+           "inverse_temperature_rows", "logits_at", "logits_at_ids", "tma_supported"]
