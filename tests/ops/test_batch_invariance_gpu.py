@@ -1,7 +1,7 @@
 """Batch invariance of the Triton path on a GPU (skipped without one): a token's log-prob
-and entropy, and its top-k (ids, log-probs, and with labels the labels' log-probs and the
-entropy), are bitwise the same whatever N and its position, in each precision mode; TP = 2
-too, with 2 GPUs."""
+and entropy, its top-k (ids, log-probs, and with labels the labels' log-probs and the
+entropy) and its log-probs at given ids are bitwise the same whatever N and its position,
+in each precision mode; TP = 2 too, with 2 GPUs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 pytest.importorskip("triton", reason="Triton is not installed")
 
-from megatron_overlay.ops import linear_logprob_entropy, linear_topk_logprobs  # noqa: E402
+from megatron_overlay.ops import (linear_logprob_entropy, linear_logprobs_at,  # noqa: E402
+                                  linear_topk_logprobs)
 from megatron_overlay.ops.kernels import autotune_configs, topk_forward  # noqa: E402
 
 H, V = 512, 20000
@@ -54,6 +55,22 @@ def _check(hidden, weight, labels, tp_group=None, logits_dtype=None):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_triton_same_bits_whatever_n_and_position(dtype):
     _check(*_inputs(dtype=dtype))
+
+
+def test_at_ids_same_bits_whatever_n_and_position():
+    """linear_logprobs_at (its ids checked and gathered in one launch, finalize folding the
+    forward's splits): a row's log-probs at its ids and entropy whatever N and position."""
+    hidden, weight, _ = _inputs()
+    ids = torch.randint(0, V, (len(hidden), 8), generator=torch.Generator().manual_seed(2))
+    ids = ids.to(hidden.device)
+    with torch.no_grad():
+        ref = linear_logprobs_at(hidden, weight, ids, temperature=0.7, return_entropy=True)
+        for n, start in CASES:
+            sl = slice(start, start + n)
+            got = linear_logprobs_at(hidden[sl], weight, ids[sl], temperature=0.7,
+                                     return_entropy=True)
+            for a, b in zip(got, ref):
+                assert torch.equal(a, b[sl]), (n, start)
 
 
 @pytest.mark.parametrize("dtype,weight_dtype,logits_dtype", [
