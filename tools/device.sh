@@ -29,7 +29,8 @@
 #                       compare only so)
 #   suite WHEELS        every one-GPU `gpu` test, 0.19.2 through the overlay's wheel and the
 #                       pin, in four pytest processes at once (~6 min on an H100; one
-#                       process passes one call's 10 minutes; PART_TIMEOUT each, default 500 s)
+#                       process passes one call's 10 minutes; PART_TIMEOUT each, default 500 s;
+#                       SUITE_A_K: a -k selection of the batch-invariance file's tests)
 #   smoke WHEELS        every GPU subcommand of `python -m tools.bench`, tiny, one GPU (~3 min)
 # WHEELS holds upstream's megatron_core-<release>-*.whl; PEER_WHEELS the peers' wheels
 # (docs/BENCHMARKS.md says how they are made).
@@ -191,8 +192,9 @@ suite)
       > "$OUT/pytest_$name.txt" 2>&1
     echo "part $name rc=$?" >> "$OUT/pytest_$name.txt"
   }
-  # the batch-invariance file alone: it took one process to 330 s on a fresh H100
-  part a tests/ops/test_batch_invariance_gpu.py &
+  # the batch-invariance file alone: it took one process to 330-500 s on a fresh H100;
+  # SUITE_A_K: a pytest -k expression that runs a part of it (where a call is short)
+  part a tests/ops/test_batch_invariance_gpu.py ${SUITE_A_K:+-k "$SUITE_A_K"} &
   part b tests/ops/test_cuda_graphs.py tests/ops/test_head_precision.py &
   part c tests/ops/test_triton_distill_gpu.py &
   part d tests/ops/test_triton_gpu.py tests/core/test_multi_gpu.py &
