@@ -178,8 +178,10 @@ def test_topk_bad_labels_raise_later_eager_and_captured(n, k):
                                     return_entropy=True)
 
     with torch.no_grad():
-        out = topk()  # no raise
+        # before the call with bad labels: any later call raises its error once the GPU has
+        # written the record
         plain = linear_topk_logprobs(hidden, weight, k, temperature=0.7)
+        out = topk()  # no raise
         bad = torch.zeros(n, dtype=torch.bool, device="cuda")
         bad[[4, n - 7]] = True
         assert torch.equal(out.log_probs.isnan(), bad) and not out.entropy.isnan().any()
