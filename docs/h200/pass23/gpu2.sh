@@ -12,7 +12,7 @@ export TRITON_CACHE_DIR=/tmp/triton-cache PYTHONUNBUFFERED=1
   -name '*.py' | sort | xargs sha1sum > "$R/sources.txt")
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv
   lscpu | grep "Model name"
-} > "$R/machine.txt" 2>&1
+} > "$R/host.txt" 2>&1
 TESTS=0 ROUNDS=3 SYNC_CALLS=24 METHODS=topk_ours,at_ours,at_ours_fb,logprob_ours,logprob_ours_fb \
   SHAPES="256,4096,151936 8192,4096,151936 16384,3584,152064 32768,4096,151936" \
   timeout 330 bash tools/device.sh distill "$WHL" "$R" | tail -40
