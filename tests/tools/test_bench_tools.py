@@ -323,18 +323,18 @@ def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
 
 
 def test_distillation_table_of_a_stored_gpu_run(tmp_path, capsys, monkeypatch):
-    # the README's one-run table (pass 21, one H100, the harness's final schedule) from its
+    # the README's one-run table (pass 23, one H100, the harness's final schedule) from its
     # results.json, as the README prints it; a read-only command: nothing written, no out
     # folder made
     monkeypatch.chdir(tmp_path)
-    stored = REPO / "docs/h200/pass21/h100/r6/distill/results.json"
+    stored = REPO / "docs/h200/pass23/h100/r2/distill/results.json"
     assert bench(["distill", "--table", str(stored)]) == 0
     assert not any(tmp_path.iterdir())
     table = capsys.readouterr().out
-    assert table.startswith("NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, 2026-12-06 12:38 UTC")
+    assert table.startswith("NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, 2026-12-06 18:49 UTC")
     readme = (REPO / "README.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("|")]
-    assert len(rows) == 15 + 13 + 15 and all(line in readme for line in rows)
+    assert len(rows) == 15 + 15 + 15 and all(line in readme for line in rows)
     lines = table.splitlines()
     head = next(line for line in lines if line.startswith("| N, H, V:"))
     assert head.count("|") == 6  # four shapes
@@ -348,6 +348,11 @@ def test_distillation_table_of_a_stored_gpu_run(tmp_path, capsys, monkeypatch):
     second = [line for line in lines if line.startswith("| top-k k = 32 fwd |")][1]
     assert second.split(" | ")[3] == (f"{rec['host_ms']:.2f} / "
                                       f"{rec['extra_beyond_outputs_mib']:.1f}")
+    # the floor's own host time under the ops', the host's speed beside theirs
+    gemm = next(r for r in run["results"] if r.get("method") == "gemm"
+                and r["shape"][0] == 16384)
+    floor_host = [line for line in lines if line.startswith("| the floor, fwd |")][0]
+    assert floor_host.split(" | ")[3] == f"{gemm['host_ms']:.2f} / -"
 
 
 @pytest.mark.parametrize("run, schedule", [

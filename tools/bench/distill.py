@@ -380,6 +380,12 @@ def table(run: dict) -> str:
         return (f"{rec['host_ms']:.2f}" if rec.get("host_ms") is not None else "-") + \
             " / " + ("-" if mib is None else f"{mib:.1f}")
 
+    def floor_host(name, s):
+        # the bare GEMMs' own host time: what a host this fast takes for one cuBLAS call,
+        # beside which the ops' host times (and the small calls' synchronized ratios) read
+        r = floor.get((name, s))
+        return "" if r is None or r.get("host_ms") is None else f"{r['host_ms']:.2f} / -"
+
     def gemm_ms(name, s):
         r = floor.get((name, s))
         if r is None or r.get("ms") is None:
@@ -425,9 +431,13 @@ def table(run: dict) -> str:
         markdown(head, cells(times) + floors),
         "",
         "Host time a call in ms (a burst's first calls) / peak extra memory in MiB (top-k: "
-        "beyond its outputs; fwd+bwd: the gradients included):",
+        "beyond its outputs; fwd+bwd: the gradients included; the floor: its GEMMs' host "
+        "time, the host's speed):",
         "",
-        markdown(head, cells(host_memory)),
+        markdown(head, cells(host_memory) + [
+            [{"gemm": "the floor, fwd", "gemm_fb": "the floor, fwd+bwd"}[g]]
+            + [floor_host(g, s) for s in shapes]
+            for g in ("gemm", "gemm_fb") if any((g, s) in floor for s in shapes)]),
     ] + ([
         "",
         "SM clock in MHz / board power in W, medians over the bursts (where NVML read them):",
