@@ -29,11 +29,11 @@ of the GPU once per microbatch) and breaks ``torch.cuda.graph`` capture. So:
   reporting a bad one once.
 
 The vocab ids of ``linear_logprobs_at`` / ``fused_logprobs_at`` (``token_ids`` [N, K]) go
-the same way (the stages' ``check_ids`` makes the record, ``defer_ids`` queues it,
-``check_ids_eagerly`` is the strict form): on CUDA, rows with an id outside ``[0, vocab)``
-get NaN log-probs and gradients (such an id lies in no vocab shard, so the gather reads
-nothing for it), and the ValueError names ``token_ids``; the same strict switch checks
-them eagerly.
+the same way (the stages' ``logits_at_ids``, through ``check_ids``' check, makes the
+record, ``defer_ids`` queues it, ``check_ids_eagerly`` is the strict form): on CUDA, rows
+with an id outside ``[0, vocab)`` get NaN log-probs and gradients (such an id lies in no
+vocab shard, so the gather reads nothing for it), and the ValueError names ``token_ids``;
+the same strict switch checks them eagerly.
 
 Under TP every rank holds the same labels and the same record, but each polls on its own
 clock, so ranks can raise at different calls: the one that raises exits while its peers

@@ -5,8 +5,8 @@ VOCAB_CHUNK), never O(N x V). Backward recomputes each tile's logits.
 
 The log-prob stages of ops/stages.py (``LogprobStages``: the contract): forward_stats,
 finalize, backward, check_ids, logits_at (sparse: token chunks bound the gathered weight
-rows to GATHER_BUDGET_BYTES), logits_at_ids (the two) and inverse_temperature_rows (ops/temperature.py's torch
-form). ``token_chunk`` / ``vocab_chunk``: tile sizes, for tests.
+rows to GATHER_BUDGET_BYTES), logits_at_ids (the two) and inverse_temperature_rows
+(ops/temperature.py's torch form). ``token_chunk`` / ``vocab_chunk``: tile sizes, for tests.
 """
 
 from __future__ import annotations
