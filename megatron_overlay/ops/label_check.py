@@ -224,8 +224,8 @@ def defer_record(rec: torch.Tensor, labels: torch.Tensor, vocab_size: int,
 def defer_ids(rec: torch.Tensor, ids: torch.Tensor, vocab_size: int,
               name: str = "token_ids", batch: int | None = None) -> None:
     """Queue the check of one call's vocab ids [N, K] from their record (``record``'s
-    layout; the stages' ``check_ids`` writes a row per block of tokens, positions in the
-    flattened ids); no sync. ``batch``: as check_eagerly's."""
+    layout; the stages' ``check_ids`` (and ``logits_at_ids``) writes a row per block of
+    tokens, positions in the flattened ids); no sync. ``batch``: as check_eagerly's."""
     if ids.numel():
         _defer(rec, partial(_ids_message, vocab_size=vocab_size, k=ids.shape[-1], name=name,
                             batch=batch))

@@ -222,8 +222,9 @@ def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tenso
 def logits_at_ids(hidden: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor,
                   vocab_start: int, local_vocab: int, vocab_size: int, inv_temperature, *,
                   logits_dtype: torch.dtype | None = None, record_alloc=None):
-    """check_ids, then logits_at at its local ids; see ops/stages.py."""
-    local, bad_rows, record = check_ids(ids, vocab_start, local_vocab, vocab_size,
-                                        record_alloc=record_alloc)
-    return (logits_at(hidden, weight, local, inv_temperature, logits_dtype=logits_dtype),
-            local, bad_rows, record)
+    """check_ids, then logits_at at its local ids; see ops/stages.py. The record goes to
+    ``record_alloc``'s buffer last, so that nothing can fail between its lending and the
+    op's queueing it (ops/label_check.py)."""
+    local, bad_rows, record = check_ids(ids, vocab_start, local_vocab, vocab_size)
+    z = logits_at(hidden, weight, local, inv_temperature, logits_dtype=logits_dtype)
+    return z, local, bad_rows, _record_into(record, record_alloc)

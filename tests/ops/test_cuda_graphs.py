@@ -212,9 +212,9 @@ def test_at_ids_bad_ids_raise_later_eager_and_captured():
     hidden, weight, _ = _inputs(n=n)
     g = torch.Generator(device="cuda").manual_seed(4)
     ids = torch.randint(0, V, (n, 8), device="cuda", generator=g)
+    label_check._pending.clear()
     good = linear_logprobs_at(hidden, weight, ids, temperature=0.7)[0]
     ids[5, 3], ids[200, 0] = V, -2
-    label_check._pending.clear()
     with torch.no_grad():
         lp = linear_logprobs_at(hidden, weight, ids, temperature=0.7)[0]  # no raise
         bad = torch.zeros(n, dtype=torch.bool, device="cuda")

@@ -352,8 +352,6 @@ def _worker() -> int:
                                                               vocab, temperature)
                             z = triton_impl.logits_at(hidden, weight, got[0], temperature)
                             same &= all(torch.equal(a, b) for a, b in zip(fused, (z, *got)))
-                        same &= summary(torch_chunked.logits_at_ids(
-                            hidden, weight, ids, start, width, vocab, 1.0)[3]) == summary(ref[2])
                 report[case] = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": same,
                                 "dtype": str(dtype)[6:]}
             elif kind == "gather":  # logits at given ids: the kernel against the torch stage

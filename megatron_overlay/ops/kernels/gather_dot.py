@@ -123,6 +123,9 @@ def logits_at_ids(hidden: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor,
     local_ids, bad_rows, record)``, in one launch (check_gather_kernel), where the two took
     one each: a launch is ~25-50 us of a small call's host time (docs/BENCHMARKS.md)."""
     check_device(hidden, weight, ids)
+    # the gather's programs take an id in this shard for one in [0, vocab_size): it lies there
+    assert 0 <= vocab_start and vocab_start + local_vocab <= vocab_size, \
+        (vocab_start, local_vocab, vocab_size)
     rounding = logits_rounding(logits_dtype)
     n, k = ids.shape
     dev = hidden.device
@@ -130,13 +133,15 @@ def logits_at_ids(hidden: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor,
     local = torch.empty(n, k, dtype=torch.int64, device=dev)
     bad_rows = torch.empty(n, dtype=torch.int8, device=dev)
     check_programs = cdiv(n, CHECK_BLOCK_ROWS)
+    if n and k:
+        hidden, weight = rowmajor(hidden), rowmajor(weight)
+        inv_t_rows, inv_t = inv_t_args(inv_temperature)
+    # lent last: nothing but the launch between its lending and the op's queueing it
     rec = record_buffer(check_programs, dev, record_alloc)
     if n and not k:  # no ids: no bad row
         bad_rows.zero_()
         rec.zero_()
     elif n:
-        hidden, weight = rowmajor(hidden), rowmajor(weight)
-        inv_t_rows, inv_t = inv_t_args(inv_temperature)
         block_i = max(2, min(GATHER_BLOCK_IDS, next_power_of_2(k)))
         gather_programs = n * cdiv(k, block_i)
         launch(check_gather_kernel, (gather_programs + check_programs,),
