@@ -380,6 +380,12 @@ def table(run: dict) -> str:
         return (f"{rec['host_ms']:.2f}" if rec.get("host_ms") is not None else "-") + \
             " / " + ("-" if mib is None else f"{mib:.1f}")
 
+    def floor_rows(cell, suffix=""):
+        # the floor's rows of a table (fwd, fwd+bwd), where the run timed them
+        return [[{"gemm": "the floor, fwd", "gemm_fb": "the floor, fwd+bwd"}[g] + suffix]
+                + [cell(g, s) for s in shapes] for g in ("gemm", "gemm_fb")
+                if any((g, s) in floor for s in shapes)]
+
     def floor_host(name, s):
         # the bare GEMMs' own host time: what a host this fast takes for one cuBLAS call,
         # beside which the ops' host times (and the small calls' synchronized ratios) read
@@ -418,9 +424,6 @@ def table(run: dict) -> str:
     else:
         protocol += "; each burst (block) over the floor's one of the same round"
     command = "python -m tools.bench " + shlex.join(run.get("argv", []))
-    floors = [[{"gemm": "the floor, fwd: ms", "gemm_fb": "the floor, fwd+bwd: ms"}[g]]
-              + [gemm_ms(g, s) for s in shapes] for g in ("gemm", "gemm_fb")
-              if any((g, s) in floor for s in shapes)]
     return "\n".join([
         f"{run.get('device')}, torch {run.get('torch')}, {run.get('date')}, "
         f"T = {run.get('temperature')}, {run.get('rounds')} rounds; `{command}`",
@@ -428,24 +431,19 @@ def table(run: dict) -> str:
         f"x the floor of the same run (fwd: the bare bf16 GEMM, fwd+bwd: it and the two "
         f"gradient GEMMs), {protocol}; median over the rounds:",
         "",
-        markdown(head, cells(times) + floors),
+        markdown(head, cells(times) + floor_rows(gemm_ms, ": ms")),
         "",
         "Host time a call in ms (a burst's first calls) / peak extra memory in MiB (top-k: "
         "beyond its outputs; fwd+bwd: the gradients included; the floor: its GEMMs' host "
         "time, the host's speed):",
         "",
-        markdown(head, cells(host_memory) + [
-            [{"gemm": "the floor, fwd", "gemm_fb": "the floor, fwd+bwd"}[g]]
-            + [floor_host(g, s) for s in shapes]
-            for g in ("gemm", "gemm_fb") if any((g, s) in floor for s in shapes)]),
+        markdown(head, cells(host_memory) + floor_rows(floor_host)),
     ] + ([
         "",
         "SM clock in MHz / board power in W, medians over the bursts (where NVML read them):",
         "",
-        markdown(head, cells(clock) + [
-            [{"gemm": "the floor, fwd", "gemm_fb": "the floor, fwd+bwd"}[g]]
-            + [clock(floor[g, s]) if (g, s) in floor else "" for s in shapes]
-            for g in ("gemm", "gemm_fb") if any((g, s) in floor for s in shapes)]),
+        markdown(head, cells(clock) + floor_rows(
+            lambda g, s: clock(floor[g, s]) if (g, s) in floor else "")),
     ] if clocked else [])) + "\n"
 
 

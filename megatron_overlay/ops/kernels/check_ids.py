@@ -69,6 +69,11 @@ def check_ids_kernel(ids_ptr, local_ptr, bad_rows_ptr, rec_ptr, N, K, vocab_star
                local_vocab, vocab_size, BLOCK_ROWS, BLOCK_IDS)
 
 
+def check_block_ids(k: int) -> int:
+    """check_rows' BLOCK_IDS for K ids a row (its launchers': here and gather_dot.py)."""
+    return min(CHECK_BLOCK_IDS, max(2, next_power_of_2(k)))
+
+
 def check_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int, vocab_size: int, *,
               record_alloc=None):
     """The contract's check_ids (ops/stages.py): (local_ids [N, K] int64, bad_rows [N] bool,
@@ -88,5 +93,5 @@ def check_ids(ids: torch.Tensor, vocab_start: int, local_vocab: int, vocab_size:
         launch(check_ids_kernel, (programs,),
             ids.contiguous(), local, bad_rows, rec, n, k, vocab_start, local_vocab, vocab_size,
             BLOCK_ROWS=CHECK_BLOCK_ROWS,
-            BLOCK_IDS=min(CHECK_BLOCK_IDS, max(2, next_power_of_2(k))))
+            BLOCK_IDS=check_block_ids(k))
     return local, bad_rows.view(torch.bool), rec

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from ._record import record_buffer
 from ._tiles import round_logits
-from .check_ids import CHECK_BLOCK_IDS, CHECK_BLOCK_ROWS, check_rows
+from .check_ids import CHECK_BLOCK_ROWS, check_block_ids, check_rows
 from .launch import (cdiv, check_device, interpreting, inv_t_args, launch, logits_rounding,
                      next_power_of_2, rowmajor)
 
@@ -94,6 +94,12 @@ def check_gather_kernel(h_ptr, w_ptr, ids_ptr, inv_t_ptr, out_ptr, local_ptr, ba
                    vocab_start, local_vocab, vocab_size, CHECK_ROWS, CHECK_IDS)
 
 
+def _gather_blocks(k: int) -> tuple[int, int]:
+    """gather_row's (BLOCK_I, BLOCK_H) for K ids a row (the interpreter: narrow steps)."""
+    return (max(2, min(GATHER_BLOCK_IDS, next_power_of_2(k))),
+            16 if interpreting() else GATHER_BLOCK_H)
+
+
 def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tensor,
               inv_temperature, *, logits_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The stage contract's logits_at on this kernel."""
@@ -106,12 +112,12 @@ def logits_at(hidden: torch.Tensor, weight: torch.Tensor, local_ids: torch.Tenso
     hidden, weight = rowmajor(hidden), rowmajor(weight)
     ids = local_ids.contiguous()
     inv_t_rows, inv_t = inv_t_args(inv_temperature)
-    block_i = max(2, min(GATHER_BLOCK_IDS, next_power_of_2(k)))
+    block_i, block_h = _gather_blocks(k)
     grid = (n, cdiv(k, block_i))
     launch(gather_dot_kernel, grid, hidden, weight, ids,
            out if inv_t_rows is None else inv_t_rows, out, hidden.shape[1], k, hidden.stride(0),
            weight.stride(0), inv_t, ROW_INV_T=inv_t_rows is not None, BLOCK_I=block_i,
-           BLOCK_H=16 if interpreting() else GATHER_BLOCK_H, LOGITS_DTYPE=rounding,
+           BLOCK_H=block_h, LOGITS_DTYPE=rounding,
            num_warps=4)
     return out
 
@@ -142,14 +148,13 @@ def logits_at_ids(hidden: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor,
         bad_rows.zero_()
         rec.zero_()
     elif n:
-        block_i = max(2, min(GATHER_BLOCK_IDS, next_power_of_2(k)))
+        block_i, block_h = _gather_blocks(k)
         gather_programs = n * cdiv(k, block_i)
         launch(check_gather_kernel, (gather_programs + check_programs,),
                hidden, weight, ids.contiguous(), out if inv_t_rows is None else inv_t_rows, out,
                local, bad_rows, rec, n, hidden.shape[1], k, hidden.stride(0), weight.stride(0),
                inv_t, vocab_start, local_vocab, vocab_size, gather_programs,
                ROW_INV_T=inv_t_rows is not None, BLOCK_I=block_i,
-               BLOCK_H=16 if interpreting() else GATHER_BLOCK_H, LOGITS_DTYPE=rounding,
-               CHECK_ROWS=CHECK_BLOCK_ROWS,
-               CHECK_IDS=min(CHECK_BLOCK_IDS, max(2, next_power_of_2(k))), num_warps=4)
+               BLOCK_H=block_h, LOGITS_DTYPE=rounding, CHECK_ROWS=CHECK_BLOCK_ROWS,
+               CHECK_IDS=check_block_ids(k), num_warps=4)
     return out, local, bad_rows.view(torch.bool), rec
