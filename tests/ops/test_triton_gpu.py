@@ -372,6 +372,54 @@ def test_cached_launch_specializes_like_triton():
     assert torch.equal(got, want)
 
 
+def test_direct_launches_are_tritons_launcher(monkeypatch):
+    """kernels.launch's direct plans (Triton 3.6's C launcher called with the arguments its
+    CudaLauncher makes, TMA descriptors' CUtensorMaps cached by what they encode) against
+    ``compiled.run``: the log-prob op's forward and backward and the top-k (TMA and
+    mixed-operand descriptors, the descriptor cache missed at new addresses and hit at
+    old ones) give the same bits; every hit launched through a plan where this Triton's
+    launcher is the known one."""
+    from megatron_overlay.ops import linear_topk_logprobs
+    from megatron_overlay.ops.kernels import launch as launch_mod
+    calls = {"plan": 0}
+    real_args = launch_mod._descriptor_args
+
+    def counted_args(desc, layout):
+        calls["plan"] += 1
+        return real_args(desc, layout)
+    monkeypatch.setattr(launch_mod, "_descriptor_args", counted_args)
+
+    def outputs(hidden, weight, labels):
+        h = hidden.detach().requires_grad_(True)
+        w = weight.detach().requires_grad_(True)
+        lp, ent = linear_logprob_entropy(h, w, labels, temperature=0.7, ignore_index=-1)
+        (lp.sum() + ent.sum()).backward()
+        with torch.no_grad():
+            top = linear_topk_logprobs(hidden, weight, 8, temperature=0.7)
+        return (lp, ent, h.grad, w.grad, *top)
+
+    for hidden_dtype in (torch.bfloat16, torch.float32):
+        hidden, weight, labels = _inputs(300, 256, 5003, torch.bfloat16, seed=3)
+        hidden = hidden.to(hidden_dtype)
+        monkeypatch.setattr(launch_mod, "direct", False)
+        want = outputs(hidden, weight, labels)
+        want_again = outputs(hidden, weight, labels)  # every launch a hit, through run
+        monkeypatch.setattr(launch_mod, "direct", True)
+        for h, w in ((hidden, weight), (hidden.clone(), weight.clone()), (hidden, weight)):
+            got = outputs(h, w, labels)
+            for a, b, c in zip(want, want_again, got):
+                assert torch.equal(a, b) and torch.equal(a, c)
+    plans = [entry[3] for entry in launch_mod._compiled.values()]
+    if not launch_mod._TRITON_LAUNCHER_KNOWN:
+        assert all(p is None for p in plans)
+        pytest.skip(f"Triton {triton.__version__}: launches through compiled.run (direct "
+                    f"plans know Triton 3.6's launcher); the same bits checked")
+    missing = [entry[2].fn.__name__ for entry in launch_mod._compiled.values() if entry[3] is None]
+    assert plans and not missing, f"kernels without a direct plan: {missing}"
+    if torch.cuda.get_device_capability()[0] >= 9:
+        assert calls["plan"] > 0 and launch_mod._descriptor_maps
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64,
                                    torch.float8_e4m3fn])
 def test_inverse_temperature_kernel_is_torchs_bit_for_bit(dtype):

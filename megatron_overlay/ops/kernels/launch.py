@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 
 import torch
+import triton
 import triton.language as tl
 from triton.runtime import driver
 
@@ -185,7 +186,8 @@ def inv_t_args(inv_temperature):
 # are the same at every hit). Constexprs are keyed by value: 1, True and 1.0 would share
 # an entry where Triton compiles them apart; every call site passes each constexpr in one
 # type (ints, bools, strings, dtypes), which keeps them apart.
-_compiled: dict = {}   # key -> (CompiledKernel, the launcher's tail values, the kernel)
+_compiled: dict = {}   # key -> (CompiledKernel, the launcher's tail values, the kernel,
+#                                 its direct plan or None: below)
 _I32_MIN, _I32_MAX, _U64_MIN = -2 ** 31, 2 ** 31 - 1, 2 ** 63
 _TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
 
@@ -236,13 +238,96 @@ def launch(kernel, grid: tuple, *args, **constexprs) -> None:
         compiled = kernel[grid](*args, **constexprs)
         if key is not None and hasattr(compiled, "packed_metadata"):
             tail = tuple(constexprs.get(p.name, p.default) for p in kernel.params[len(args):])
-            _compiled[key] = (compiled, tail, kernel)
+            _compiled[key] = (compiled, tail, kernel, _direct_plan(compiled, len(args)))
         return
-    compiled, tail, _ = hit
+    compiled, tail, _, plan = hit
     n = len(grid)
-    compiled.run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
-                 active.get_current_stream(device), compiled.function,
-                 compiled.packed_metadata, None, None, None, *args, *tail)
+    stream = active.get_current_stream(device)
+    if plan is None or not direct:
+        compiled.run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream,
+                     compiled.function, compiled.packed_metadata, None, None, None, *args,
+                     *tail)
+        return
+    c_launch, cooperative, pdl, descriptors = plan
+    if descriptors:
+        args = list(args)
+        for i, layout in descriptors:  # from the last: each expands in place
+            args[i:i + 1] = _descriptor_args(args[i], layout)
+    c_launch(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream,
+             compiled.function, cooperative, pdl, None, None, compiled.packed_metadata, None,
+             None, None, *args, *tail)
+
+
+# ---------------------------------------------------------------------- direct launches
+# Of a hit's host time, Triton 3.6's launcher (``CompiledKernel.run``, a CudaLauncher) is
+# the rest: a Python frame that allocates no scratch for these kernels, and for a kernel
+# with TMA descriptors a Python loop over every argument that encodes each descriptor's
+# CUtensorMap afresh (``make_tensordesc_arg``: a driver call) before the C launcher. A
+# direct plan calls that C launcher itself, with the arguments CudaLauncher would give
+# it, and takes each descriptor's expansion from a cache keyed by everything the
+# CUtensorMap encodes (the address, shape, strides, padding and the kernel's TMA layout):
+# the weight's is the same every call, and the caching allocator hands a microbatch's
+# hidden states the same address call after call. A cached map names an address, never
+# a tensor (nothing is kept alive); a tensor at that address with that geometry is
+# exactly what it encodes. Only Triton 3.6's launcher, as taken apart below, is known;
+# any other (a Triton of another version, a kernel that needs scratch memory) launches
+# through ``compiled.run`` as before. ``direct = False`` does too (tests, A/B runs).
+direct = True
+_TRITON_LAUNCHER_KNOWN = tuple(int(p) for p in triton.__version__.split(".")[:2]) == (3, 6)
+_WRAPPER_CELLS = {"launcher", "tensordesc_indices", "tensordesc_meta"}
+_descriptor_maps: dict = {}   # (address, shape, strides, padding, layout) -> expansion
+_DESCRIPTOR_MAPS_MAX = 512
+
+
+def _direct_plan(compiled, n_args: int):
+    """(C launcher, cooperative, pdl, ((argument index, TMA layout), ...) last first) of
+    Triton 3.6's CudaLauncher, or None where ``compiled.run`` is not that launcher."""
+    run = getattr(compiled, "run", None)
+    if not _TRITON_LAUNCHER_KNOWN or type(run).__name__ != "CudaLauncher":
+        return None
+    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        return None  # allocated a launch at a time, by the launcher
+    c_launch, descriptors = run.launch, ()
+    code = getattr(c_launch, "__code__", None)
+    if code is not None:  # wrap_handle_tensordesc's closure over the C launcher
+        cells = dict(zip(code.co_freevars, (c.cell_contents for c in c_launch.__closure__ or ())))
+        if set(cells) != _WRAPPER_CELLS:
+            return None
+        indices = sorted(cells["tensordesc_indices"])
+        metas = cells["tensordesc_meta"] or [None] * len(indices)
+        if len(metas) != len(indices) or (indices and indices[-1] >= n_args):
+            return None  # (the descriptors are runtime arguments, passed positionally)
+        layouts = []
+        for meta in metas:
+            if meta is not None:  # what make_tensordesc_arg reads of it, hashable
+                meta = (meta["swizzle"], meta["elem_size"], meta["elem_type"],
+                        tuple(meta["block_size"]), meta["fp4_padded"], meta)
+            layouts.append(meta)
+        descriptors = tuple(zip(indices, layouts))[::-1]
+        c_launch = cells["launcher"]
+    if type(c_launch).__name__ != "builtin_function_or_method":
+        return None
+    return c_launch, run.launch_cooperative_grid, run.launch_pdl, descriptors
+
+
+def _descriptor_args(desc: TensorDescriptor, layout) -> list:
+    """``make_tensordesc_arg(desc, meta)``: the kernel arguments a descriptor expands to,
+    its CUtensorMap cached (above)."""
+    if layout is None:  # lowered without a CUtensorMap: the pointer, shape and strides
+        return _make_tensordesc_arg(desc, None)
+    key = (desc.base.data_ptr(), tuple(desc.shape), tuple(desc.strides), desc.padding,
+           layout[:5])
+    expanded = _descriptor_maps.get(key)
+    if expanded is None:
+        if len(_descriptor_maps) >= _DESCRIPTOR_MAPS_MAX:
+            _descriptor_maps.clear()
+        expanded = _descriptor_maps[key] = _make_tensordesc_arg(desc, layout[5])
+    return expanded
+
+
+def _make_tensordesc_arg(desc, meta):
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+    return make_tensordesc_arg(desc, meta)
 
 
 def _compile_knobs() -> tuple:
