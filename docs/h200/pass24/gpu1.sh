@@ -11,11 +11,11 @@ export TRITON_CACHE_DIR=/tmp/triton-cache PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv
   lscpu | grep "Model name"; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'
 } > "$R/host.txt" 2>&1
-PYTHONPATH=$PWD timeout "${AB_TIMEOUT:-200}" python3 docs/h200/pass24/direct_ab.py "$R/direct_ab.json" \
+PYTHONPATH=$PWD timeout "${AB_TIMEOUT:-240}" python3 docs/h200/pass24/direct_ab.py "$R/direct_ab.json" \
   > "$R/direct_ab.log" 2>&1
 echo "direct_ab rc=$? at ${SECONDS}s"; grep -E "^(bits.*DIFFER|plans|host|triton)" "$R/direct_ab.log"
 grep -c "same$" "$R/direct_ab.log"
-SUITE_A_K=${SUITE_A_K-"at_ids or same_bits_whatever"} PART_TIMEOUT=${PART_TIMEOUT:-330} \
+SUITE_A_K=${SUITE_A_K-"at_ids or same_bits_whatever"} PART_TIMEOUT=${PART_TIMEOUT:-300} \
   bash tools/device.sh suite "$WHL" "$R/suite"
 echo "done at ${SECONDS}s"
 tar -C "$OUT" -czf "$OUT/r1.tgz" r1 && rm -rf "$R"
