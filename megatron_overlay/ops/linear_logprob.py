@@ -101,9 +101,9 @@ def linear_logprob_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: t
     of one dtype, or one 16-bit and the other fp32 (an fp32 residual stream or head
     weight); each gradient comes back in its operand's dtype.
     """
-    params = LogprobParams(temperature=temperature, return_entropy=return_entropy,
-                           ignore_index=ignore_index, strict_labels=strict_labels,
-                           logits_dtype=logits_dtype)
+    params = LogprobParams.of(temperature=temperature, return_entropy=return_entropy,
+                              ignore_index=ignore_index, strict_labels=strict_labels,
+                              logits_dtype=logits_dtype)
     world = tp_world(tp_group)
     validate_inputs(hidden, weight, labels, params, vocab_size=global_vocab(weight, world))
     return forward_only.call(LinearLogprobEntropy, hidden, weight, labels, params, tp_group)

@@ -117,8 +117,8 @@ def linear_logprobs_at(hidden: torch.Tensor, weight: torch.Tensor, token_ids: to
     later point that ops/label_check.py documents (those rows' log-probs are NaN meanwhile).
     ``logits_dtype`` and the operands' dtypes: as in linear_logprob_entropy.
     """
-    params = LogprobParams(temperature=temperature, return_entropy=return_entropy,
-                           logits_dtype=logits_dtype)
+    params = LogprobParams.of(temperature=temperature, return_entropy=return_entropy,
+                              logits_dtype=logits_dtype)
     validate_matrices(hidden, weight)
     world = tp_world(tp_group)
     validate_token_ids(token_ids, hidden.shape[0], weight.shape[0] * world, hidden.device,

@@ -172,9 +172,9 @@ def linear_topk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, k: int, *,
     ``logits_dtype`` and the operands' dtypes: as in linear_logprob_entropy (with a
     16-bit ``logits_dtype`` ties between rounded logits go to the lower id).
     """
-    params = LogprobParams(temperature=temperature, return_entropy=return_entropy,
-                           ignore_index=ignore_index, strict_labels=strict_labels,
-                           logits_dtype=logits_dtype)
+    params = LogprobParams.of(temperature=temperature, return_entropy=return_entropy,
+                              ignore_index=ignore_index, strict_labels=strict_labels,
+                              logits_dtype=logits_dtype)
     world = tp_world(tp_group)
     vocab = global_vocab(weight, world)
     if labels is not None:

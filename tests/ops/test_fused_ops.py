@@ -193,6 +193,33 @@ def test_bad_options_raise(kwargs, error, text):
         linear_logprob_entropy(hidden, weight, labels, **kwargs)
 
 
+def test_cached_options_still_refuse_what_equals_a_good_one():
+    """LogprobParams.of answers a repeat of good options from its cache: 1 == True and
+    1.0 == 1 in Python (and hash alike), but return_entropy=1 and strict_labels=1 must
+    still raise after True was taken, and a float temperature be kept as a float."""
+    from megatron_overlay.ops.params import LogprobParams
+    hidden, weight, labels = make(4, 8, 16)
+    good = LogprobParams.of(temperature=1.0, return_entropy=True, strict_labels=True)
+    assert LogprobParams.of(temperature=1.0, return_entropy=True, strict_labels=True) is good
+    linear_logprob_entropy(hidden, weight, labels, return_entropy=True, strict_labels=True)
+    with pytest.raises(TypeError, match="return_entropy must be a bool"):
+        linear_logprob_entropy(hidden, weight, labels, return_entropy=1, strict_labels=True)
+    with pytest.raises(TypeError, match="strict_labels must be a bool or None, got int"):
+        linear_logprob_entropy(hidden, weight, labels, return_entropy=True, strict_labels=1)
+    as_int = LogprobParams.of(temperature=1, return_entropy=True, strict_labels=True)
+    assert as_int is not good and as_int == LogprobParams(temperature=1, strict_labels=True)
+    for bad in (0.0, float("nan")):  # refused each time: a failed check caches nothing
+        for _ in range(2):
+            with pytest.raises(ValueError, match="temperature must be finite and > 0"):
+                LogprobParams.of(temperature=bad)
+    # a tensor temperature is checked afresh every call (its values may have changed)
+    temps = torch.full((4,), 0.5)
+    LogprobParams.of(temperature=temps)
+    temps[1] = -1.0
+    with pytest.raises(ValueError, match="temperature"):
+        LogprobParams.of(temperature=temps)
+
+
 def test_bad_options_of_the_distill_ops_raise():
     from megatron_overlay.ops import linear_logprobs_at, linear_topk_logprobs
     hidden, weight, labels = make(4, 8, 16)

@@ -1,21 +1,25 @@
-"""Pass 24: direct launches (kernels/launch.py) on and off in one process, alternated.
+"""Pass 24: this pass's host-side changes off and on in one process, alternated.
 
-1. bits: each op's outputs (and gradients) with ``launch.direct`` off and on, on fresh
+"Off" is the tree before them (af73d58) in behaviour: ``launch.direct = False`` (every hit
+through ``compiled.run``) and ``LogprobParams.of`` building the options afresh (as
+``LogprobParams(...)`` did); "on" is this tree.
+
+1. bits: each op's outputs (and gradients) with the changes off and on, on fresh
    copies of the inputs (new addresses: the descriptor cache misses, then hits), bf16 and
    fp32 hidden states with a bf16 weight, N = 256 and 1029: equal bit for bit or not;
 2. host time: each op's forward (and the log-prob fwd+bwd) at N = 256 and 8192, H = 4096,
    V = 151936, bf16, T = 0.7: a call's host time in a burst (the 2nd-8th of 8 back-to-back
    calls), the time inside ``launch`` a call (every kernels module's ``launch`` wrapped by
-   a timer), and a single synchronized call's time x the bare GEMM's; ROUNDS rounds, off
-   and on alternated in each; medians;
-3. cProfile of the 256-token log-prob forward and top-k (k = 8) with direct launches on:
-   the functions by own time.
+   a timer), the time from the call to its first launch, and a single synchronized
+   call's time x the bare GEMM's; ROUNDS rounds, off and on alternated in each; medians;
+3. cProfile of the 256-token log-prob forward, top-k (k = 8) and log-prob fwd+bwd with
+   the changes on: the functions by own time, us a call.
 
     PYTHONPATH=.:SITE python docs/h200/pass24/direct_ab.py OUT.json     (one GPU)
 """
 import cProfile
-import io
 import json
+import os
 import pstats
 import statistics
 import sys
@@ -26,14 +30,21 @@ import torch
 from megatron_overlay import ops
 from megatron_overlay.ops import kernels as kernels_pkg  # noqa: F401
 from megatron_overlay.ops.kernels import launch as launch_mod
+from megatron_overlay.ops.params import LogprobParams
 from tools.bench.inputs import distill_inputs
 
 ROUNDS, BURST = 9, 8
 H, V = 4096, 151936
 
 
+_CACHED_OF = LogprobParams.__dict__["of"]
+_FRESH_OF = classmethod(lambda cls, **options: cls(**options))
+
+
 def set_direct(on):
+    """This pass's changes on (this tree) or off (the tree before, in behaviour)."""
     launch_mod.direct = on
+    LogprobParams.of = _CACHED_OF if on else _FRESH_OF
 
 
 def op_calls(h, w, ids, grads=False):
@@ -93,6 +104,7 @@ def bits():
 
 
 _inside = [0.0]
+_first = [None]
 
 
 def wrap_launches():
@@ -103,6 +115,8 @@ def wrap_launches():
 
     def timed_launch(*a, **k):
         t0 = time.perf_counter()
+        if _first[0] is None:
+            _first[0] = t0
         real(*a, **k)
         _inside[0] += time.perf_counter() - t0
     for m in modules:
@@ -111,8 +125,7 @@ def wrap_launches():
 
 
 def host_ab(fn, gemm):
-    res = {False: {"host": [], "launch": [], "sync": []}, True: {"host": [], "launch": [],
-                                                                "sync": []}}
+    res = {mode: {"host": [], "launch": [], "first": [], "sync": []} for mode in (False, True)}
     gemm_sync = []
     for r in range(ROUNDS):
         for direct in ((False, True) if r % 2 == 0 else (True, False)):
@@ -120,11 +133,16 @@ def host_ab(fn, gemm):
             torch.cuda.synchronize()
             fn()
             _inside[0] = 0.0
+            first = 0.0
             t0 = time.perf_counter()
             for _ in range(BURST - 1):
+                _first[0] = None
+                t1 = time.perf_counter()
                 fn()
+                first += _first[0] - t1
             res[direct]["host"].append((time.perf_counter() - t0) * 1e6 / (BURST - 1))
             res[direct]["launch"].append(_inside[0] * 1e6 / (BURST - 1))
+            res[direct]["first"].append(first * 1e6 / (BURST - 1))
             torch.cuda.synchronize()
             times = []
             for _ in range(BURST):
@@ -145,6 +163,7 @@ def host_ab(fn, gemm):
     for direct, d in res.items():
         out["on" if direct else "off"] = {
             "host_us": statistics.median(d["host"]), "launch_us": statistics.median(d["launch"]),
+            "first_launch_us": statistics.median(d["first"]),
             "sync_x": statistics.median(d["sync"]) / g}
     set_direct(True)
     return out
@@ -171,7 +190,9 @@ def host():
                 rows.append(row)
                 off, on = row["off"], row["on"]
                 print(f"host N={n} {name}: host {off['host_us']:.0f} -> {on['host_us']:.0f} us, "
-                      f"in launch {off['launch_us']:.0f} -> {on['launch_us']:.0f} us, sync "
+                      f"in launch {off['launch_us']:.0f} -> {on['launch_us']:.0f} us, to the "
+                      f"first launch {off['first_launch_us']:.0f} -> {on['first_launch_us']:.0f} "
+                      f"us, sync "
                       f"{off['sync_x']:.3f} -> {on['sync_x']:.3f} x GEMM "
                       f"({row['gemm_sync_ms']:.3f} ms)", flush=True)
     finally:
@@ -182,10 +203,10 @@ def host():
 def profile():
     out = {}
     h, w, ids = distill_inputs(256, H, V, 32, 0)
-    calls = op_calls(h, w, ids)
-    for name in ("logprob", "topk8"):
+    calls = op_calls(h, w, ids, grads=True)
+    for name in ("logprob", "topk8", "logprob_fb"):
         fn = calls[name]
-        with torch.no_grad():
+        with torch.set_grad_enabled(name.endswith("_fb")):
             for _ in range(3):
                 fn()
             prof = cProfile.Profile()
@@ -194,10 +215,15 @@ def profile():
             for _ in range(20):
                 fn()
             prof.disable()
-        stream = io.StringIO()
-        pstats.Stats(prof, stream=stream).sort_stats("tottime").print_stats(30)
-        out[name] = stream.getvalue()
-        print(f"== cProfile {name} (20 calls)\n" + stream.getvalue()[-6000:], flush=True)
+            torch.cuda.synchronize()
+        stats = pstats.Stats(prof).stats
+        rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:40]
+        lines = [f"{tt / 20 * 1e6:8.2f} {ct / 20 * 1e6:8.2f} {nc / 20:5.1f} "
+                 f"{os.path.basename(f)}:{line}({func})"
+                 for (f, line, func), (_, nc, tt, ct, _) in rows]
+        out[name] = lines
+        print(f"== cProfile {name} (20 calls; own us, incl us, calls a call)\n" +
+              "\n".join(lines), flush=True)
     return out
 
 
