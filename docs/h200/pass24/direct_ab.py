@@ -124,6 +124,18 @@ def wrap_launches():
     return lambda: [setattr(m, "launch", real) for m in modules]
 
 
+def sync_ms(fn):
+    """The median of BURST single synchronized calls, ms."""
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(BURST):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
 def host_ab(fn, gemm):
     res = {mode: {"host": [], "launch": [], "first": [], "sync": []} for mode in (False, True)}
     gemm_sync = []
@@ -143,21 +155,8 @@ def host_ab(fn, gemm):
             res[direct]["host"].append((time.perf_counter() - t0) * 1e6 / (BURST - 1))
             res[direct]["launch"].append(_inside[0] * 1e6 / (BURST - 1))
             res[direct]["first"].append(first * 1e6 / (BURST - 1))
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(BURST):
-                t0 = time.perf_counter()
-                fn()
-                torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
-            res[direct]["sync"].append(statistics.median(times) * 1e3)
-        times = []
-        for _ in range(BURST):
-            t0 = time.perf_counter()
-            gemm()
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        gemm_sync.append(statistics.median(times) * 1e3)
+            res[direct]["sync"].append(sync_ms(fn))
+        gemm_sync.append(sync_ms(gemm))
     g = statistics.median(gemm_sync)
     out = {"gemm_sync_ms": g}
     for direct, d in res.items():
