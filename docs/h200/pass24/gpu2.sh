@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pass 24, r2 (one call): direct_ab.py (this pass's host-side changes off / on in one
 # process: the same bits, host time, time to the first launch, cProfile); the GPU tests of
-# direct launches, the launch cache and CUDA graphs; then the one-run table
+# direct launches, the launch cache and CUDA graphs; with TABLE=1 then the one-run table
 # (tools/device.sh distill, the README's command). OUT packed.
 #   bash docs/h200/pass24/gpu2.sh WHEELS OUT      (from the repo root)
 set -u
@@ -22,7 +22,7 @@ PYTHONPATH=/tmp/site:$PWD timeout 110 python3 -m pytest -q -p no:cacheprovider -
   tests/ops/test_triton_gpu.py tests/ops/test_cuda_graphs.py \
   -k "direct_launches or cached_launch or test_cuda_graphs" > "$R/pytest.txt" 2>&1
 echo "pytest rc=$? at ${SECONDS}s"; tail -3 "$R/pytest.txt"
-TESTS=0 ROUNDS=3 SYNC_CALLS=24 METHODS=topk_ours,at_ours,at_ours_fb,logprob_ours,logprob_ours_fb \
+[ "${TABLE:-0}" = 0 ] || TESTS=0 ROUNDS=3 SYNC_CALLS=24 METHODS=topk_ours,at_ours,at_ours_fb,logprob_ours,logprob_ours_fb \
   SHAPES="256,4096,151936 8192,4096,151936 16384,3584,152064 32768,4096,151936" \
   timeout $((575 - SECONDS)) bash tools/device.sh distill "$WHL" "$R" | tail -40
 echo "done at ${SECONDS}s"
