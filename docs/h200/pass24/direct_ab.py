@@ -15,7 +15,9 @@ through ``compiled.run``) and ``LogprobParams.of`` building the options afresh (
 3. cProfile of the 256-token log-prob forward, top-k (k = 8) and log-prob fwd+bwd with
    the changes on: the functions by own time, us a call.
 
-    PYTHONPATH=.:SITE python docs/h200/pass24/direct_ab.py OUT.json     (one GPU)
+    PYTHONPATH=. python docs/h200/pass24/direct_ab.py OUT.json     (one GPU)
+
+($AB_ROUNDS: the rounds, default 9; $AB_BITS_N: the bits' token counts, default 256,1029.)
 """
 import cProfile
 import json
@@ -33,7 +35,8 @@ from megatron_overlay.ops.kernels import launch as launch_mod
 from megatron_overlay.ops.params import LogprobParams
 from tools.bench.inputs import distill_inputs
 
-ROUNDS, BURST = 9, 8
+ROUNDS, BURST = int(os.environ.get("AB_ROUNDS", 9)), 8
+BITS_N = [int(n) for n in os.environ.get("AB_BITS_N", "256,1029").split(",")]
 H, V = 4096, 151936
 
 
@@ -83,7 +86,7 @@ def as_tuple(out):
 
 def bits():
     rows = []
-    for n in (256, 1029):
+    for n in BITS_N:
         for hdtype in (torch.bfloat16, torch.float32):
             h0, w0, ids = distill_inputs(n, H, V, 32, 1)
             h0 = h0.to(hdtype)

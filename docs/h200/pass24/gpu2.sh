@@ -12,13 +12,13 @@ export TRITON_CACHE_DIR=/tmp/triton-cache PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv
   lscpu | grep "Model name"; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'
 } > "$R/host.txt" 2>&1
-PYTHONPATH=$PWD timeout 200 python3 docs/h200/pass24/direct_ab.py "$R/direct_ab.json" \
+AB_ROUNDS=7 AB_BITS_N=256 PYTHONPATH=$PWD timeout 170 python3 docs/h200/pass24/direct_ab.py "$R/direct_ab.json" \
   > "$R/direct_ab.log" 2>&1
 echo "direct_ab rc=$? at ${SECONDS}s"; grep -E "^(bits.*DIFFER|plans|host|triton)" "$R/direct_ab.log"
 grep -c "same$" "$R/direct_ab.log"
 mkdir -p /tmp/site && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
   "$WHL"/megatron_core-0.19.2-*.whl
-PYTHONPATH=/tmp/site:$PWD timeout 110 python3 -m pytest -q -p no:cacheprovider -rs -m gpu \
+PYTHONPATH=/tmp/site:$PWD timeout 120 python3 -m pytest -q -p no:cacheprovider -rs -m gpu \
   tests/ops/test_triton_gpu.py tests/ops/test_cuda_graphs.py \
   -k "direct_launches or cached_launch or test_cuda_graphs" > "$R/pytest.txt" 2>&1
 echo "pytest rc=$? at ${SECONDS}s"; tail -3 "$R/pytest.txt"
