@@ -79,8 +79,8 @@ class LogprobParams:
     def of(cls, **options) -> "LogprobParams":
         """``LogprobParams(**options)``, the same options given as the same plain values
         (floats, ints, bools, None, strings, dtypes) answered from a cache: the checks
-        above are ~10 us of a small call's host time on an H100's host (a synchronized
-        call of 256 tokens waits for all of it; docs/BENCHMARKS.md, pass 24). The key
+        above took 4-8 us of a call's own Python on the CPU machine (a synchronized call
+        of 256 tokens waits for all of it; docs/BENCHMARKS.md, pass 24). The key
         holds each value's type with it (True, 1 and 1.0 are equal and hash alike in
         Python, but only True passes as a flag), and the instances are frozen; a tensor
         temperature, or any other value, is checked afresh every call."""

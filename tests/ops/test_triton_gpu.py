@@ -376,11 +376,15 @@ def test_direct_launches_are_tritons_launcher(monkeypatch):
     """kernels.launch's direct plans (Triton 3.6's C launcher called with the arguments its
     CudaLauncher makes, TMA descriptors' CUtensorMaps cached by what they encode) against
     ``compiled.run``: the log-prob op's forward and backward and the top-k (TMA and
-    mixed-operand descriptors, the descriptor cache missed at new addresses and hit at
-    old ones) give the same bits; every hit launched through a plan where this Triton's
-    launcher is the known one."""
+    mixed-operand descriptors) give the same bits on inputs the descriptor cache has not
+    seen (new values at new addresses while the old tensors live, another N, hidden
+    states with a row stride of their own) and again on ones it has; every kernel this
+    test launched got a plan where this Triton's launcher is the known one."""
     from megatron_overlay.ops import linear_topk_logprobs
     from megatron_overlay.ops.kernels import launch as launch_mod
+    # this test's kernels and maps only (the process's caches come back after it)
+    monkeypatch.setattr(launch_mod, "_compiled", {})
+    monkeypatch.setattr(launch_mod, "_descriptor_maps", {})
     calls = {"plan": 0}
     real_args = launch_mod._descriptor_args
 
@@ -398,28 +402,36 @@ def test_direct_launches_are_tritons_launcher(monkeypatch):
             top = linear_topk_logprobs(hidden, weight, 8, temperature=0.7)
         return (lp, ent, h.grad, w.grad, *top)
 
-    for hidden_dtype in (torch.bfloat16, torch.float32):
-        hidden, weight, labels = _inputs(300, 256, 5003, torch.bfloat16, seed=3)
-        hidden = hidden.to(hidden_dtype)
+    def same_both_ways(hidden, weight, labels):
         monkeypatch.setattr(launch_mod, "direct", False)
         want = outputs(hidden, weight, labels)
-        want_again = outputs(hidden, weight, labels)  # every launch a hit, through run
         monkeypatch.setattr(launch_mod, "direct", True)
-        for h, w in ((hidden, weight), (hidden.clone(), weight.clone()), (hidden, weight)):
-            got = outputs(h, w, labels)
-            for a, b, c in zip(want, want_again, got):
-                if a is None:  # the top-k's entropy and log-prob at labels, not asked for
-                    assert b is None and c is None
-                else:
-                    assert torch.equal(a, b) and torch.equal(a, c)
-    plans = [entry[3] for entry in launch_mod._compiled.values()]
+        got = outputs(hidden, weight, labels)
+        for a, b in zip(want, got):
+            if a is None:  # the top-k's entropy and log-prob at labels, not asked for
+                assert b is None
+            else:
+                assert torch.equal(a, b)
+
+    kept = []  # alive: a map keyed without the address would read these, not the new ones
+    for hidden_dtype in (torch.bfloat16, torch.float32):
+        for n, seed in ((300, 3), (300, 4), (77, 5)):
+            hidden, weight, labels = _inputs(n, 256, 5003, torch.bfloat16, seed=seed)
+            hidden = hidden.to(hidden_dtype)
+            kept.append((hidden, weight))
+            same_both_ways(hidden, weight, labels)
+            same_both_ways(hidden, weight, labels)  # the maps of these addresses, hit
+        wide = torch.randn(300, 512, device="cuda").to(hidden_dtype)
+        same_both_ways(wide[:, :256], weight, _inputs(300, 256, 5003, torch.bfloat16)[2])
+    entries = list(launch_mod._compiled.values())
+    assert entries
     if not launch_mod._TRITON_LAUNCHER_KNOWN:
-        assert all(p is None for p in plans)
+        assert all(entry[3] is None for entry in entries)
         pytest.skip(f"Triton {triton.__version__}: launches through compiled.run (direct "
                     f"plans know Triton 3.6's launcher); the same bits checked")
-    missing = [entry[2].fn.__name__ for entry in launch_mod._compiled.values() if entry[3] is None]
-    assert plans and not missing, f"kernels without a direct plan: {missing}"
-    if torch.cuda.get_device_capability()[0] >= 9:
+    missing = [entry[2].fn.__name__ for entry in entries if entry[3] is None]
+    assert not missing, f"kernels without a direct plan: {missing}"
+    if torch.cuda.get_device_capability()[0] >= 9:  # TMA: descriptors went through the maps
         assert calls["plan"] > 0 and launch_mod._descriptor_maps
 
 

@@ -273,7 +273,7 @@ def launch(kernel, grid: tuple, *args, **constexprs) -> None:
 # any other (a Triton of another version, a kernel that needs scratch memory) launches
 # through ``compiled.run`` as before. ``direct = False`` does too (tests, A/B runs).
 direct = True
-_TRITON_LAUNCHER_KNOWN = tuple(int(p) for p in triton.__version__.split(".")[:2]) == (3, 6)
+_TRITON_LAUNCHER_KNOWN = triton.__version__.split(".")[:2] == ["3", "6"]
 _WRAPPER_CELLS = {"launcher", "tensordesc_indices", "tensordesc_meta"}
 _descriptor_maps: dict = {}   # (address, shape, strides, padding, layout) -> expansion
 _DESCRIPTOR_MAPS_MAX = 512
@@ -281,7 +281,16 @@ _DESCRIPTOR_MAPS_MAX = 512
 
 def _direct_plan(compiled, n_args: int):
     """(C launcher, cooperative, pdl, ((argument index, TMA layout), ...) last first) of
-    Triton 3.6's CudaLauncher, or None where ``compiled.run`` is not that launcher."""
+    Triton 3.6's CudaLauncher, or None where ``compiled.run`` is not that launcher (one
+    that does not come apart as below included: the kernel has launched by then, and
+    keeps ``compiled.run``)."""
+    try:
+        return _take_apart(compiled, n_args)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _take_apart(compiled, n_args: int):
     run = getattr(compiled, "run", None)
     if not _TRITON_LAUNCHER_KNOWN or type(run).__name__ != "CudaLauncher":
         return None
