@@ -242,20 +242,19 @@ def launch(kernel, grid: tuple, *args, **constexprs) -> None:
         return
     compiled, tail, _, plan = hit
     n = len(grid)
+    gx, gy, gz = grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1
     stream = active.get_current_stream(device)
     if plan is None or not direct:
-        compiled.run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream,
-                     compiled.function, compiled.packed_metadata, None, None, None, *args,
-                     *tail)
+        compiled.run(gx, gy, gz, stream, compiled.function, compiled.packed_metadata, None,
+                     None, None, *args, *tail)
         return
     c_launch, cooperative, pdl, descriptors = plan
     if descriptors:
         args = list(args)
         for i, layout in descriptors:  # from the last: each expands in place
             args[i:i + 1] = _descriptor_args(args[i], layout)
-    c_launch(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream,
-             compiled.function, cooperative, pdl, None, None, compiled.packed_metadata, None,
-             None, None, *args, *tail)
+    c_launch(gx, gy, gz, stream, compiled.function, cooperative, pdl, None, None,
+             compiled.packed_metadata, None, None, None, *args, *tail)
 
 
 # ---------------------------------------------------------------------- direct launches
