@@ -96,6 +96,34 @@ def test_second_maxima_change_no_bit(dtype, k, monkeypatch):
             assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("dtype, weight_dtype", [
+    (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16),
+    (torch.float32, torch.float32), (torch.float32, torch.bfloat16),
+    (torch.bfloat16, torch.float32)])
+@pytest.mark.parametrize("k", [8, 33])
+def test_rescan_parts_change_no_bit(dtype, weight_dtype, k, monkeypatch):
+    """A recomputed tile in column parts (topk_rescan.rescan_parts): its logits from MMAs
+    of BLOCK_V / parts columns are the whole tile's to the bit, in every precision mode.
+    Every chosen tile recomputed (no second maxima), in 1, 2, 4 and 16 parts (at most
+    BLOCK_V / 16: the fp32 tile's 64 columns take 4); then the default path (second
+    maxima, the parts of small calls) against it."""
+    from megatron_overlay.ops.kernels import topk_forward
+    hidden, weight, labels, inv_t = _inputs(1000, 512, 20000, dtype, seed=5)
+    weight = weight.to(weight_dtype)
+    outs = []
+    with monkeypatch.context() as patch:
+        patch.setattr(topk_forward, "SECOND_MAX_MIN_K", 10 ** 9)
+        patch.setattr(topk_forward, "SECOND_MAX_SMALL_MIN_K", 10 ** 9)
+        for parts in (1, 2, 4, 16):
+            patch.setattr(topk_forward, "rescan_parts",
+                          lambda sparse, n, block_v, p=parts: min(p, block_v // 16))
+            outs.append(triton_topk.topk_stats(hidden, weight, labels, inv_t, True, k))
+    outs.append(triton_topk.topk_stats(hidden, weight, labels, inv_t, True, k))
+    for out in outs[1:]:
+        for a, b in zip(out, outs[0]):
+            assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("k", [1, 5, 40])
 def test_logits_at_kernel_matches_torch(dtype, k):
@@ -153,9 +181,13 @@ def test_ops_match_torch_impl(monkeypatch):
         assert ((a - b).abs().max() / b.abs().max()) < 2e-2
 
 
-@pytest.mark.parametrize("pairs, num_t", [(8192 * 32, 594), (4096 * 8 + 5, 594), (3, 1),
-                                          (2048, 594), (1500, 594)])  # the last: one block
-def test_tile_sort_matches_torch_sort(pairs, num_t):
+@pytest.mark.parametrize("pairs, num_t, with_tile", [
+    (8192 * 32, 594, None), (4096 * 8 + 5, 594, None), (3, 1, None), (2048, 594, None),
+    (1500, 594, None),  # one block
+    # a lone block whose other pairs are past the tiles (known maxima, unfilled): up to
+    # SORT_FEW (128) of them placed without the block's sort, one more sorted
+    (2048, 594, 15), (2048, 594, 128), (2048, 594, 129), (777, 594, 1), (64, 5, 0)])
+def test_tile_sort_matches_torch_sort(pairs, num_t, with_tile):
     """The rescan's counting sort (kernels/tile_sort.py): torch.sort's stable order, and
     its segments' table."""
     from megatron_overlay.ops.kernels.tile_sort import sort_tiles
@@ -165,6 +197,11 @@ def test_tile_sort_matches_torch_sort(pairs, num_t):
     g = torch.Generator(device="cuda").manual_seed(pairs)
     tiles = torch.randint(0, num_t, (pairs,), device="cuda", generator=g)
     tiles[torch.rand(pairs, device="cuda", generator=g) < 0.01] = PAD_ID
+    if with_tile is not None:  # codes past the tiles, a third unfilled; then the few
+        tiles = num_t + 1 + torch.randint(0, 10 ** 6, (pairs,), device="cuda", generator=g)
+        tiles[::3] = PAD_ID
+        few = torch.randperm(pairs, device="cuda", generator=g)[:with_tile]
+        tiles[few] = torch.randint(0, num_t, (with_tile,), device="cuda", generator=g)
     got_t, got_p, runs = sort_tiles(tiles, num_t, 128)
     ref_t, ref_p = torch.sort(tiles.clamp(max=num_t), stable=True)
     assert torch.equal(got_t.long(), ref_t) and torch.equal(got_p.long(), ref_p)
@@ -238,20 +275,24 @@ def test_best_tiles_selection_matches_extraction(n, num_t, k, ties, monkeypatch)
         assert torch.equal(got_i, ref_i)
 
 
-@pytest.mark.parametrize("n, k", [(8192, 32), (8192 + 5, 8), (1000, 64), (64, 256), (100, 1)])
-def test_merge_runs_matches_merge_topk(n, k):
-    """The rescan's candidates merged as k ordered runs (merge_runs.py) give merge_topk's
-    bits; a NaN row: NaN values and distinct real ids of its candidates."""
+@pytest.mark.parametrize("n, k, parts", [(8192, 32, 1), (8192 + 5, 8, 1), (1000, 64, 1),
+                                         (64, 256, 1), (100, 1, 1), (256, 8, 4), (1029, 32, 4),
+                                         (300, 5, 2)])
+def test_merge_runs_matches_merge_topk(n, k, parts):
+    """The rescan's candidates merged as k ordered runs (merge_runs.py; k ``parts`` runs: a
+    recomputed tile's column parts) give merge_topk's bits; a NaN row: NaN values and
+    distinct real ids of its candidates."""
     from megatron_overlay.ops.kernels.merge_runs import merge_runs
     from megatron_overlay.ops.kernels.merge_topk import merge_topk
     from tests.support.candidate_runs import candidate_runs
 
     vocab = 151936
     cand_v, cand_i, nan_rows = candidate_runs(n, k, vocab,
-                                              torch.Generator(device="cuda").manual_seed(k))
+                                              torch.Generator(device="cuda").manual_seed(k),
+                                              parts)
     out = (torch.empty(n, k, device="cuda"),
            torch.empty(n, k, dtype=torch.int64, device="cuda"))
-    merge_runs(cand_v, cand_i, vocab, k, out)
+    merge_runs(cand_v, cand_i, vocab, k, out, parts=parts)
     ref_v, ref_i = merge_topk(cand_v[None], cand_i[None], vocab, k)
     ok = ~nan_rows
     assert torch.equal(out[0][ok], ref_v[ok]) and torch.equal(out[1][ok], ref_i[ok])

@@ -180,12 +180,19 @@ def _worker() -> int:
                 res = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
                        "dtype": str(dtype)[6:]}
                 from megatron_overlay.ops.kernels import topk_rescan
-                budget = topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES
-                for (k, temperature, rows), second_from in itertools.product(
+                budget = (topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES,
+                          topk_rescan.RESCAN_PARTS)
+                # parts: a recomputed tile's column parts on the sparse path (the
+                # interpreter's 32-column tile: 2 at most), or one
+                for (k, temperature, rows), second_from, parts in itertools.product(
                         ((1, inv_t, 0), (5, inv_t, 0), (5, 1 / 0.7, 4), (12, inv_t, 3),
-                         (12, 1 / 0.7, 0), (40, inv_t, 0)), second_max_paths):
+                         (12, 1 / 0.7, 0), (40, inv_t, 0)), second_max_paths, (1, 4)):
+                    if parts == 4 and second_from == never:
+                        continue  # the dense path: one part whatever RESCAN_PARTS
+                    topk_rescan.RESCAN_PARTS = parts
                     if rows:  # the rescan in blocks of this many rows
-                        topk_rescan.RESCAN_BUDGET_BYTES = rows * topk_rescan.rescan_row_bytes(k)
+                        topk_rescan.RESCAN_BUDGET_BYTES = rows * topk_rescan.rescan_row_bytes(
+                            k, topk_rescan.rescan_parts(True, 19, 32))
                         topk_rescan.FORWARD_EXTRA_BYTES = 0
                     ref = torch_topk.topk_stats(hidden, weight, labels, temperature, True, k)
                     try:
@@ -193,7 +200,8 @@ def _worker() -> int:
                             got = triton_topk.topk_stats(hidden, weight, labels, temperature,
                                                          True, k, splits=3)
                     finally:
-                        topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES = budget
+                        (topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES,
+                         topk_rescan.RESCAN_PARTS) = budget
                     res["stats_err"] = max(res["stats_err"], (got[0] - ref[0]).abs().max().item())
                     res["values_err"] = max(res["values_err"],
                                             (got[1] - ref[1]).abs().max().item())
@@ -275,7 +283,7 @@ def _worker() -> int:
                     in_kernel = not calls
                     # rescan row blocks: finalize's own launch, the same outputs
                     block_rows = topk_rescan.rescan_block_rows
-                    topk_rescan.rescan_block_rows = lambda k, alive: 4
+                    topk_rescan.rescan_block_rows = lambda k, alive, parts=1: 4
                     try:
                         fused &= fused_and_apart(4, True, inv_t, labels)
                     finally:
@@ -309,7 +317,7 @@ def _worker() -> int:
                 # the top-k merges its chunks itself where they would cut the rescan into
                 # more row blocks than the merged statistics: [1, N, 4], the same outputs
                 block_rows = topk_forward.rescan_block_rows
-                topk_forward.rescan_block_rows = lambda k, alive: 4 if alive > 16 * 33 + \
+                topk_forward.rescan_block_rows = lambda k, alive, parts=1: 4 if alive > 16 * 33 + \
                     33 * k * 12 else 1000
                 try:
                     top_e = triton_topk.topk_stats(hidden, weight, labels, inv_t, True, 4,
@@ -390,16 +398,30 @@ def _worker() -> int:
                                 "dh_err": dh_err, "dw_err": dw_err, "dtype": str(dtype)[6:]}
             elif kind == "tilesort":  # the rescan's pairs by tile: torch.sort's stable order
                 from megatron_overlay.ops.kernels.tile_sort import (SORT_BLOCK_INTERPRETED,
+                                                                    SORT_FEW_INTERPRETED,
                                                                     sort_tiles)
                 from megatron_overlay.ops.topk_merge import PAD_ID
                 from tests.support.tile_runs import runs_reference
                 g = torch.Generator().manual_seed(5)
                 same = True
-                # one block, a partial last block, several blocks, one tile, unfilled slots
-                for pairs, num_t in ((1, 4), (SORT_BLOCK_INTERPRETED, 3),
-                                     (3 * SORT_BLOCK_INTERPRETED + 7, 37), (150, 1), (200, 594)):
+                # one block, a partial last block, several blocks, one tile, unfilled slots;
+                # then lone blocks of few pairs with a tile (the rest known maxima' codes
+                # past the tiles or unfilled): up to SORT_FEW_INTERPRETED of them placed
+                # without a sort, one more sorted
+                few = SORT_FEW_INTERPRETED
+                for pairs, num_t, with_tile in ((1, 4, 0), (SORT_BLOCK_INTERPRETED, 3, 0),
+                                                (3 * SORT_BLOCK_INTERPRETED + 7, 37, 0),
+                                                (150, 1, 0), (200, 594, 0),
+                                                (SORT_BLOCK_INTERPRETED, 37, few),
+                                                (SORT_BLOCK_INTERPRETED - 5, 37, few + 1),
+                                                (40, 594, few - 3), (30, 5, 1), (20, 5, 0)):
                     tiles = torch.randint(0, num_t, (pairs,), generator=g)
                     tiles[torch.rand(pairs, generator=g) < 0.2] = PAD_ID
+                    if with_tile or pairs == 20:  # the rest past the tiles: codes, PAD_ID
+                        tiles = num_t + 1 + torch.randint(0, 1000, (pairs,), generator=g)
+                        tiles[::3] = PAD_ID
+                        mine = torch.randperm(pairs, generator=g)[:with_tile]
+                        tiles[mine] = torch.randint(0, num_t, (with_tile,), generator=g)
                     seg_rows = 1 + pairs % 5  # segments of 1 to 5 pairs
                     got_t, got_p, runs = sort_tiles(tiles.view(-1, 1) if pairs % 2 else tiles,
                                                     num_t, seg_rows)
@@ -486,11 +508,13 @@ def _worker() -> int:
                 from tests.support.candidate_runs import candidate_runs
                 g = torch.Generator().manual_seed(17)
                 same_v = same_i = True
-                for n, k, vocab in ((40, 6, 300), (9, 1, 20), (13, 2, 50), (33, 8, 500),
-                                    (5, 20, 400)):
-                    cand_v, cand_i, nan_rows = candidate_runs(n, k, vocab, g)
+                # parts: a recomputed tile's column parts (topk_rescan.rescan_parts)
+                for n, k, vocab, parts in ((40, 6, 300, 1), (9, 1, 20, 1), (13, 2, 50, 1),
+                                           (33, 8, 500, 1), (5, 20, 400, 1), (21, 6, 300, 4),
+                                           (9, 1, 20, 2), (17, 5, 200, 3)):
+                    cand_v, cand_i, nan_rows = candidate_runs(n, k, vocab, g, parts)
                     out = (torch.empty(n, k), torch.empty(n, k, dtype=torch.int64))
-                    merge_runs(cand_v, cand_i, vocab, k, out)
+                    merge_runs(cand_v, cand_i, vocab, k, out, parts=parts)
                     ref_v, ref_i = merge_topk(cand_v[None], cand_i[None], vocab, k)
                     ok = ~nan_rows
                     same_v &= torch.equal(out[0][ok], ref_v[ok])

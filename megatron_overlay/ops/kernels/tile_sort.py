@@ -16,6 +16,13 @@ bytes a pair of int32 output:
                          the block, a tl.sort of (tile, position) keys keeps pair order.
                          Block 0 also writes the runs table (below)
 
+Where one block holds every pair (small calls: 256 tokens at k = 8) and at most
+SORT_FEW of them have a tile (the rest known maxima or unfilled slots, which the
+forward's second maxima make most of them), the scatter sorts no block: the pairs past
+the tiles keep their order after the others (a prefix sum), and the few with a tile,
+compacted, are placed by their keys' ranks among themselves (a SORT_FEW x SORT_FEW
+compare) instead of by a sort of all BLOCK keys.
+
 The order is torch.sort's (stable) exactly. The rescan's program is one segment: at most
 ``seg_rows`` consecutive pairs of one tile (one MMA of the tile's weight rows). The runs
 table [2, NB] int32 tells a program its segment without the host looking at the data:
@@ -43,6 +50,10 @@ from .launch import cdiv, interpreting, launch, next_power_of_2
 SORT_BLOCK = 2048
 SORT_BLOCK_INTERPRETED = 64
 SORT_WARPS = 8
+# At most this many pairs with a tile in a lone block: ranked without the block's sort
+# (above); 0: always sorted. The interpreter: fewer, so that the tests cross it.
+SORT_FEW = 128
+SORT_FEW_INTERPRETED = 8
 # rows of the [blocks, NB] counts summed at a time
 COUNT_ROWS = 8
 
@@ -67,17 +78,67 @@ def tile_histogram_kernel(tiles_ptr, counts_ptr, P, num_t, BLOCK: tl.constexpr,
 
 
 @triton.jit
+def _place_few(t, n_few, num_t, out_tiles_ptr, out_pairs_ptr, BLOCK: tl.constexpr,
+               FEW: tl.constexpr):
+    """A lone block's stable order where only ``n_few`` <= FEW of its pairs have a tile
+    (t < num_t): those first, by (tile, index), then the rest (t == num_t) in index order;
+    the positions past P (num_t + 1) nowhere."""
+    idx = tl.arange(0, BLOCK)
+    rest = t == num_t
+    dest = n_few + tl.cumsum(rest.to(tl.int32), 0) - 1
+    tl.store(out_tiles_ptr + dest, t, mask=rest)
+    tl.store(out_pairs_ptr + dest, idx, mask=rest)
+    # the few, compacted through their own places out_pairs[:n_few], then each placed at
+    # its key's rank among them (keys differ: the index is in them)
+    few = t < num_t
+    tl.store(out_pairs_ptr + tl.cumsum(few.to(tl.int32), 0) - 1, t * BLOCK + idx, mask=few)
+    tl.debug_barrier()  # the block's stores seen by its loads
+    slot = tl.arange(0, FEW)
+    real = slot < n_few
+    keys = tl.load(out_pairs_ptr + slot, mask=real, other=2147483647)
+    tl.debug_barrier()  # every key loaded before any place is written again
+    rank = tl.sum((keys[None, :] < keys[:, None]).to(tl.int32), axis=1)
+    tl.store(out_tiles_ptr + rank, keys // BLOCK, mask=real)
+    tl.store(out_pairs_ptr + rank, keys % BLOCK, mask=real)
+
+
+@triton.jit
+def _sort_place(t, b, total, earlier, counts_ptr, out_tiles_ptr, out_pairs_ptr, num_t,
+                BLOCK: tl.constexpr, NB: tl.constexpr, ONE_BLOCK: tl.constexpr):
+    """Block b's pairs placed through a sort of its (tile, index) keys: ``total`` /
+    ``earlier`` every block's and the earlier blocks' pairs of each tile (unused where
+    ``ONE_BLOCK``)."""
+    keys = tl.sort(t * BLOCK + tl.arange(0, BLOCK))
+    tile = keys // BLOCK
+    dest = tl.arange(0, BLOCK)  # ONE_BLOCK: the sorted position is the place
+    if not ONE_BLOCK:
+        bins = tl.arange(0, NB)
+        mine = tl.load(counts_ptr + b * NB + bins)
+        # the place of this block's first pair of tile t, less the block's pairs of lower
+        # tiles (which its sorted position counts); 0 for a lone block (mine = total)
+        shift = (tl.cumsum(total, 0) - total) + earlier - (tl.cumsum(mine, 0) - mine)
+        dest += tl.gather(shift, tile, 0)
+    real = tile <= num_t
+    tl.store(out_tiles_ptr + dest, tile, mask=real)
+    tl.store(out_pairs_ptr + dest, b * BLOCK + keys % BLOCK, mask=real)
+
+
+@triton.jit
 def tile_scatter_kernel(tiles_ptr, counts_ptr, out_tiles_ptr, out_pairs_ptr, runs_ptr, P,
                         num_t, num_blocks, seg_rows, BLOCK: tl.constexpr, NB: tl.constexpr,
-                        COUNT_ROWS: tl.constexpr, ONE_BLOCK: tl.constexpr):
+                        COUNT_ROWS: tl.constexpr, ONE_BLOCK: tl.constexpr,
+                        FEW: tl.constexpr):
     """out_tiles / out_pairs [P] int32: the tiles ascending (num_t: unfilled) and each
     one's pair index, stable; runs [2, NB] (block 0): the segments' table. ``ONE_BLOCK``
-    (P <= BLOCK): the block counts its own tiles (no histogram launch; counts unused)."""
+    (P <= BLOCK): the block counts its own tiles (no histogram launch; counts unused),
+    and where at most ``FEW`` (> 0) pairs have a tile, places them without a sort
+    (_place_few)."""
     b = tl.program_id(0)
     bins = tl.arange(0, NB)
     t = _block_tiles(tiles_ptr, P, num_t, BLOCK)
     if ONE_BLOCK:
         total = tl.histogram(t, NB)         # every block's pairs of tile t: this one's
+        earlier = total                     # unused
     else:
         total = tl.zeros([NB], tl.int32)    # every block's pairs of tile t
         earlier = tl.zeros([NB], tl.int32)  # the earlier blocks' pairs of tile t
@@ -91,27 +152,25 @@ def tile_scatter_kernel(tiles_ptr, counts_ptr, out_tiles_ptr, out_pairs_ptr, run
         pairs = tl.where(bins <= num_t, total, 0)  # not the last block's padding
         tl.store(runs_ptr + bins, tl.cumsum((pairs + seg_rows - 1) // seg_rows, 0))
         tl.store(runs_ptr + NB + bins, tl.cumsum(pairs, 0) - pairs)
-    keys = tl.sort(t * BLOCK + tl.arange(0, BLOCK))
-    tile = keys // BLOCK
-    dest = tl.arange(0, BLOCK)  # ONE_BLOCK: the sorted position is the place
-    if not ONE_BLOCK:
-        mine = tl.load(counts_ptr + b * NB + bins)
-        # the place of this block's first pair of tile t, less the block's pairs of lower
-        # tiles (which its sorted position counts); 0 for a lone block (mine = total)
-        shift = (tl.cumsum(total, 0) - total) + earlier - (tl.cumsum(mine, 0) - mine)
-        dest += tl.gather(shift, tile, 0)
-    real = tile <= num_t
-    tl.store(out_tiles_ptr + dest, tile, mask=real)
-    tl.store(out_pairs_ptr + dest, b * BLOCK + keys % BLOCK, mask=real)
+    if ONE_BLOCK and FEW > 0:
+        n_few = tl.sum(tl.where(bins < num_t, total, 0), axis=0)  # the pairs with a tile
+        if n_few <= FEW:
+            _place_few(t, n_few, num_t, out_tiles_ptr, out_pairs_ptr, BLOCK, FEW)
+        else:
+            _sort_place(t, b, total, total, counts_ptr, out_tiles_ptr, out_pairs_ptr, num_t,
+                        BLOCK, NB, True)
+    else:
+        _sort_place(t, b, total, earlier, counts_ptr, out_tiles_ptr, out_pairs_ptr, num_t,
+                    BLOCK, NB, ONE_BLOCK)
 
 
 def sort_tiles(tile_ids: torch.Tensor, num_t: int, seg_rows: int = 128, *,
-               block: int | None = None, warps: int = SORT_WARPS):
+               block: int | None = None, warps: int = SORT_WARPS, few: int | None = None):
     """(tiles [P] int32 ascending, pairs [P] int32: their indices into ``tile_ids``, runs
     [2, NB] int32: the segments' table above), ties in index order, of the pairs' tile ids
     ``tile_ids`` [P] (int64; >= num_t: an unfilled slot, sorted last as num_t). NB:
-    ``segment_bins(num_t)``; segments: at most ``seg_rows`` pairs. ``block`` / ``warps``
-    (tools): the pairs a block (a power of 2) and its programs' warps."""
+    ``segment_bins(num_t)``; segments: at most ``seg_rows`` pairs. ``block`` / ``warps`` /
+    ``few`` (tools): the pairs a block (a power of 2), its programs' warps and SORT_FEW."""
     flat = tile_ids.reshape(-1)
     n_pairs = flat.numel()
     if n_pairs >= 2 ** 31:
@@ -119,6 +178,8 @@ def sort_tiles(tile_ids: torch.Tensor, num_t: int, seg_rows: int = 128, *,
                          f"fewer than 2^31; use a smaller rescan row block")
     if block is None:
         block = SORT_BLOCK_INTERPRETED if interpreting() else SORT_BLOCK
+    if few is None:
+        few = SORT_FEW_INTERPRETED if interpreting() else SORT_FEW
     nb = segment_bins(num_t)
     num_blocks = cdiv(n_pairs, block)
     dev = flat.device
@@ -137,7 +198,7 @@ def sort_tiles(tile_ids: torch.Tensor, num_t: int, seg_rows: int = 128, *,
     tiles, pairs = out[:n_pairs], out[n_pairs:2 * n_pairs]
     launch(tile_scatter_kernel, (num_blocks,), flat, counts, tiles, pairs, runs, n_pairs,
            num_t, num_blocks, seg_rows, BLOCK=block, NB=nb, COUNT_ROWS=COUNT_ROWS,
-           ONE_BLOCK=one_block, num_warps=warps)
+           ONE_BLOCK=one_block, FEW=min(few, block) if one_block else 0, num_warps=warps)
     return tiles, pairs, runs
 
 

@@ -1,0 +1,164 @@
+"""Pass 25: the top-k's tail after its forward kernel, by variant, in one process.
+
+Variants of this tree's three changes (ops/kernels/topk_rescan.py, tile_sort.py):
+"before" (RESCAN_PARTS 1, RESCAN_PERSISTENT False, SORT_FEW 0: a program a work item's
+place, no column parts, every lone block sorted), each change alone, and the rescan's
+column parts 2 / 4 / 8 with the other two on (4: the tree's default).
+
+1. each variant's outputs' digest (the same bits in every variant, or not) and CUDA time
+   by kernel (torch.profiler, 3 calls) of the top-k at k = 8, 32 and 8 with labels and
+   entropy, N = 256 and 1024 (and k = 8, 32 at 8192), H = 4096, V = 151936, bf16, T = 0.7;
+2. "before" against the default alternated in ROUNDS rounds: bursts / single
+   synchronized calls x the bare GEMM of the same round (8 calls each), medians.
+
+    PYTHONPATH=. python docs/h200/pass25/tail_ab.py OUT.json     (one GPU)
+
+($AB_ROUNDS: the rounds of part 2, default 7.)
+"""
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+from megatron_overlay import ops
+from megatron_overlay.ops.kernels import tile_sort, topk_rescan
+from tools.bench.inputs import distill_inputs
+
+ROUNDS, BURST = int(os.environ.get("AB_ROUNDS", 7)), 8
+H, V = 4096, 151936
+VARIANTS = {  # (RESCAN_PARTS, RESCAN_PERSISTENT, SORT_FEW)
+    "before": (1, False, 0), "persistent": (1, True, 0), "few": (1, False, 128),
+    "parts1": (1, True, 128), "parts2": (2, True, 128), "parts4": (4, True, 128),
+    "parts8": (8, True, 128)}
+DEFAULT = (topk_rescan.RESCAN_PARTS, topk_rescan.RESCAN_PERSISTENT, tile_sort.SORT_FEW)
+
+
+def use(variant):
+    topk_rescan.RESCAN_PARTS, topk_rescan.RESCAN_PERSISTENT, tile_sort.SORT_FEW = variant
+
+
+def calls(h, w, ids):
+    labels = ids[:, 0].contiguous()
+    return {"topk8": lambda: ops.linear_topk_logprobs(h, w, 8, temperature=0.7),
+            "topk32": lambda: ops.linear_topk_logprobs(h, w, 32, temperature=0.7),
+            "topk8_labels": lambda: ops.linear_topk_logprobs(
+                h, w, 8, temperature=0.7, labels=labels, return_entropy=True)}
+
+
+def digest(out):
+    sha = hashlib.sha1()
+    for t in out:
+        if isinstance(t, torch.Tensor):
+            sha.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return sha.hexdigest()[:12]
+
+
+def by_kernel(fn):
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+    rows = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if t > 0 and e.device_type == torch.autograd.DeviceType.CUDA:
+            rows[e.key[:28]] = round(t / 3 / 1e3, 4)
+    return dict(sorted(rows.items(), key=lambda kv: -kv[1]))
+
+
+def timed(fn, sync):
+    torch.cuda.synchronize()
+    if sync:
+        t0 = time.perf_counter()
+        for _ in range(BURST):
+            fn()
+            torch.cuda.synchronize()
+        return (time.perf_counter() - t0) * 1e3 / BURST
+    start, end = torch.cuda.Event(True), torch.cuda.Event(True)
+    start.record()
+    for _ in range(BURST):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / BURST
+
+
+def kernels_part():
+    rows = []
+    for n in (256, 1024, 8192):
+        h, w, ids = distill_inputs(n, H, V, 32, 0)
+        with torch.no_grad():
+            for name, fn in calls(h, w, ids).items():
+                if n == 8192 and name == "topk8_labels":
+                    continue
+                for vname, variant in VARIANTS.items():
+                    if n == 8192 and vname not in ("before", "persistent", "parts4"):
+                        continue  # past RESCAN_PARTS_MAX_ROWS: one part
+                    use(variant)
+                    out = fn()
+                    row = {"N": n, "op": name, "variant": vname, "digest": digest(out),
+                           "kernels_ms": by_kernel(fn)}
+                    rows.append(row)
+                    tail = {k: v for k, v in row["kernels_ms"].items() if "topk_stats" not in k}
+                    print(f"N={n} {name} {vname}: {row['digest']} tail "
+                          f"{sum(tail.values()) * 1e3:.1f} us", json.dumps(row["kernels_ms"]),
+                          flush=True)
+        del h, w, ids
+    use(DEFAULT)
+    return rows
+
+
+def ratios_part():
+    rows = []
+    for n in (256, 1024):
+        h, w, ids = distill_inputs(n, H, V, 32, 0)
+        gemm = lambda: torch.matmul(h, w.T)  # noqa: E731
+        gemm()
+        per = {}
+        with torch.no_grad():
+            ops_ = calls(h, w, ids)
+            for fn in ops_.values():
+                for variant in (VARIANTS["before"], DEFAULT):
+                    use(variant)
+                    fn()
+            for _ in range(ROUNDS):
+                floor = {s: timed(gemm, s) for s in (False, True)}
+                for name, fn in ops_.items():
+                    for vname, variant in (("before", VARIANTS["before"]), ("default", DEFAULT)):
+                        use(variant)
+                        for s in (False, True):
+                            per.setdefault((name, vname, s), []).append(timed(fn, s) / floor[s])
+        for name in ops_:
+            row = {"N": n, "op": name}
+            for vname in ("before", "default"):
+                row[vname] = [statistics.median(per[name, vname, s]) for s in (False, True)]
+            rows.append(row)
+            print(f"N={n} {name}: before {row['before'][0]:.3f} / {row['before'][1]:.3f}, "
+                  f"default {row['default'][0]:.3f} / {row['default'][1]:.3f} x GEMM "
+                  f"(bursts / synchronized)", flush=True)
+        del h, w, ids
+    use(DEFAULT)
+    return rows
+
+
+def main(path):
+    print("default", DEFAULT, torch.cuda.get_device_name(), flush=True)
+    res = {"device": torch.cuda.get_device_name(), "default": DEFAULT}
+    res["kernels"] = kernels_part()
+    same = {}
+    for r in res["kernels"]:
+        same.setdefault((r["N"], r["op"]), set()).add(r["digest"])
+    res["same_bits"] = all(len(d) == 1 for d in same.values())
+    print("same bits in every variant:", res["same_bits"], flush=True)
+    json.dump(res, open(path, "w"), indent=1)
+    res["ratios"] = ratios_part()
+    json.dump(res, open(path, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
