@@ -96,34 +96,6 @@ def test_second_maxima_change_no_bit(dtype, k, monkeypatch):
             assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("dtype, weight_dtype", [
-    (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16),
-    (torch.float32, torch.float32), (torch.float32, torch.bfloat16),
-    (torch.bfloat16, torch.float32)])
-@pytest.mark.parametrize("k", [8, 33])
-def test_rescan_parts_change_no_bit(dtype, weight_dtype, k, monkeypatch):
-    """A recomputed tile in column parts (topk_rescan.rescan_parts): its logits from MMAs
-    of BLOCK_V / parts columns are the whole tile's to the bit, in every precision mode.
-    Every chosen tile recomputed (no second maxima), in 1, 2, 4 and 16 parts (at most
-    BLOCK_V / 16: the fp32 tile's 64 columns take 4); then the default path (second
-    maxima, the parts of small calls) against it."""
-    from megatron_overlay.ops.kernels import topk_forward
-    hidden, weight, labels, inv_t = _inputs(1000, 512, 20000, dtype, seed=5)
-    weight = weight.to(weight_dtype)
-    outs = []
-    with monkeypatch.context() as patch:
-        patch.setattr(topk_forward, "SECOND_MAX_MIN_K", 10 ** 9)
-        patch.setattr(topk_forward, "SECOND_MAX_SMALL_MIN_K", 10 ** 9)
-        for parts in (1, 2, 4, 16):
-            patch.setattr(topk_forward, "rescan_parts",
-                          lambda sparse, n, block_v, p=parts: min(p, block_v // 16))
-            outs.append(triton_topk.topk_stats(hidden, weight, labels, inv_t, True, k))
-    outs.append(triton_topk.topk_stats(hidden, weight, labels, inv_t, True, k))
-    for out in outs[1:]:
-        for a, b in zip(out, outs[0]):
-            assert torch.equal(a, b)
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("k", [1, 5, 40])
 def test_logits_at_kernel_matches_torch(dtype, k):
@@ -275,24 +247,20 @@ def test_best_tiles_selection_matches_extraction(n, num_t, k, ties, monkeypatch)
         assert torch.equal(got_i, ref_i)
 
 
-@pytest.mark.parametrize("n, k, parts", [(8192, 32, 1), (8192 + 5, 8, 1), (1000, 64, 1),
-                                         (64, 256, 1), (100, 1, 1), (256, 8, 4), (1029, 32, 4),
-                                         (300, 5, 2)])
-def test_merge_runs_matches_merge_topk(n, k, parts):
-    """The rescan's candidates merged as k ordered runs (merge_runs.py; k ``parts`` runs: a
-    recomputed tile's column parts) give merge_topk's bits; a NaN row: NaN values and
-    distinct real ids of its candidates."""
+@pytest.mark.parametrize("n, k", [(8192, 32), (8192 + 5, 8), (1000, 64), (64, 256), (100, 1)])
+def test_merge_runs_matches_merge_topk(n, k):
+    """The rescan's candidates merged as k ordered runs (merge_runs.py) give merge_topk's
+    bits; a NaN row: NaN values and distinct real ids of its candidates."""
     from megatron_overlay.ops.kernels.merge_runs import merge_runs
     from megatron_overlay.ops.kernels.merge_topk import merge_topk
     from tests.support.candidate_runs import candidate_runs
 
     vocab = 151936
     cand_v, cand_i, nan_rows = candidate_runs(n, k, vocab,
-                                              torch.Generator(device="cuda").manual_seed(k),
-                                              parts)
+                                              torch.Generator(device="cuda").manual_seed(k))
     out = (torch.empty(n, k, device="cuda"),
            torch.empty(n, k, dtype=torch.int64, device="cuda"))
-    merge_runs(cand_v, cand_i, vocab, k, out, parts=parts)
+    merge_runs(cand_v, cand_i, vocab, k, out)
     ref_v, ref_i = merge_topk(cand_v[None], cand_i[None], vocab, k)
     ok = ~nan_rows
     assert torch.equal(out[0][ok], ref_v[ok]) and torch.equal(out[1][ok], ref_i[ok])

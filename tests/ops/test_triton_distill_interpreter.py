@@ -180,19 +180,12 @@ def _worker() -> int:
                 res = {"stats_err": 0.0, "values_err": 0.0, "ids_equal": True,
                        "dtype": str(dtype)[6:]}
                 from megatron_overlay.ops.kernels import topk_rescan
-                budget = (topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES,
-                          topk_rescan.RESCAN_PARTS)
-                # parts: a recomputed tile's column parts on the sparse path (the
-                # interpreter's 32-column tile: 2 at most), or one
-                for (k, temperature, rows), second_from, parts in itertools.product(
+                budget = topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES
+                for (k, temperature, rows), second_from in itertools.product(
                         ((1, inv_t, 0), (5, inv_t, 0), (5, 1 / 0.7, 4), (12, inv_t, 3),
-                         (12, 1 / 0.7, 0), (40, inv_t, 0)), second_max_paths, (1, 4)):
-                    if parts == 4 and second_from == never:
-                        continue  # the dense path: one part whatever RESCAN_PARTS
-                    topk_rescan.RESCAN_PARTS = parts
+                         (12, 1 / 0.7, 0), (40, inv_t, 0)), second_max_paths):
                     if rows:  # the rescan in blocks of this many rows
-                        topk_rescan.RESCAN_BUDGET_BYTES = rows * topk_rescan.rescan_row_bytes(
-                            k, topk_rescan.rescan_parts(True, 19, 32))
+                        topk_rescan.RESCAN_BUDGET_BYTES = rows * topk_rescan.rescan_row_bytes(k)
                         topk_rescan.FORWARD_EXTRA_BYTES = 0
                     ref = torch_topk.topk_stats(hidden, weight, labels, temperature, True, k)
                     try:
@@ -200,8 +193,7 @@ def _worker() -> int:
                             got = triton_topk.topk_stats(hidden, weight, labels, temperature,
                                                          True, k, splits=3)
                     finally:
-                        (topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES,
-                         topk_rescan.RESCAN_PARTS) = budget
+                        topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES = budget
                     res["stats_err"] = max(res["stats_err"], (got[0] - ref[0]).abs().max().item())
                     res["values_err"] = max(res["values_err"],
                                             (got[1] - ref[1]).abs().max().item())
@@ -283,7 +275,7 @@ def _worker() -> int:
                     in_kernel = not calls
                     # rescan row blocks: finalize's own launch, the same outputs
                     block_rows = topk_rescan.rescan_block_rows
-                    topk_rescan.rescan_block_rows = lambda k, alive, parts=1: 4
+                    topk_rescan.rescan_block_rows = lambda k, alive: 4
                     try:
                         fused &= fused_and_apart(4, True, inv_t, labels)
                     finally:
@@ -317,7 +309,7 @@ def _worker() -> int:
                 # the top-k merges its chunks itself where they would cut the rescan into
                 # more row blocks than the merged statistics: [1, N, 4], the same outputs
                 block_rows = topk_forward.rescan_block_rows
-                topk_forward.rescan_block_rows = lambda k, alive, parts=1: 4 if alive > 16 * 33 + \
+                topk_forward.rescan_block_rows = lambda k, alive: 4 if alive > 16 * 33 + \
                     33 * k * 12 else 1000
                 try:
                     top_e = triton_topk.topk_stats(hidden, weight, labels, inv_t, True, 4,
@@ -508,13 +500,11 @@ def _worker() -> int:
                 from tests.support.candidate_runs import candidate_runs
                 g = torch.Generator().manual_seed(17)
                 same_v = same_i = True
-                # parts: a recomputed tile's column parts (topk_rescan.rescan_parts)
-                for n, k, vocab, parts in ((40, 6, 300, 1), (9, 1, 20, 1), (13, 2, 50, 1),
-                                           (33, 8, 500, 1), (5, 20, 400, 1), (21, 6, 300, 4),
-                                           (9, 1, 20, 2), (17, 5, 200, 3)):
-                    cand_v, cand_i, nan_rows = candidate_runs(n, k, vocab, g, parts)
+                for n, k, vocab in ((40, 6, 300), (9, 1, 20), (13, 2, 50), (33, 8, 500),
+                                    (5, 20, 400)):
+                    cand_v, cand_i, nan_rows = candidate_runs(n, k, vocab, g)
                     out = (torch.empty(n, k), torch.empty(n, k, dtype=torch.int64))
-                    merge_runs(cand_v, cand_i, vocab, k, out, parts=parts)
+                    merge_runs(cand_v, cand_i, vocab, k, out)
                     ref_v, ref_i = merge_topk(cand_v[None], cand_i[None], vocab, k)
                     ok = ~nan_rows
                     same_v &= torch.equal(out[0][ok], ref_v[ok])

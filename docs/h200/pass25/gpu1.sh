@@ -5,6 +5,8 @@
 # on the tree before this pass (BASE: its megatron_overlay package's parent folder), while
 # the call has time. OUT packed.
 #   [TESTS=1] bash docs/h200/pass25/gpu1.sh BASE OUT      (from the repo root)
+# r1 ran it (TESTS=1) with tail_ab.py as of 746ad8e (its variants: the rescan's column
+# parts and persistent programs, since reverted); tail_ab.py now holds r2's variants.
 set -u
 BASE=$(cd "$1" && pwd); OUT=$2; R=$OUT/r1; mkdir -p "$R"
 export TRITON_CACHE_DIR=/tmp/triton-cache PYTHONUNBUFFERED=1

@@ -1,19 +1,21 @@
 """Pass 25: the top-k's tail after its forward kernel, by variant, in one process.
 
-Variants of this tree's three changes (ops/kernels/topk_rescan.py, tile_sort.py):
-"before" (RESCAN_PARTS 1, RESCAN_PERSISTENT False, SORT_FEW 0: a program a work item's
-place, no column parts, every lone block sorted), each change alone, and the rescan's
-column parts 2 / 4 / 8 with the other two on (4: the tree's default).
+Variants of this tree's settings, (topk_rescan.RESCAN_PREFETCH, RESCAN_STAGES_SPARSE,
+tile_sort.SORT_FEW): "before" (False, 3, 0: the tree before this pass in behaviour),
+"few" (a lone block's few tiled pairs placed without its sort), "prefetch" (and the
+rescan's next hidden rows loaded during a step's MMA), "prefetch_s4" (and 4 stages on the
+sparse path), "stages4" / "stages6" (the stages without the prefetch).
 
 1. each variant's outputs' digest (the same bits in every variant, or not) and CUDA time
    by kernel (torch.profiler, 3 calls) of the top-k at k = 8, 32 and 8 with labels and
-   entropy, N = 256 and 1024 (and k = 8, 32 at 8192), H = 4096, V = 151936, bf16, T = 0.7;
-2. "before" against the default alternated in ROUNDS rounds: bursts / single
+   entropy, N = 256 and 1024 (k = 8 and 32 at 8192), H = 4096, V = 151936, bf16, T = 0.7;
+2. "before", "few" and "prefetch" alternated in ROUNDS rounds: bursts / single
    synchronized calls x the bare GEMM of the same round (8 calls each), medians.
 
     PYTHONPATH=. python docs/h200/pass25/tail_ab.py OUT.json     (one GPU)
 
-($AB_ROUNDS: the rounds of part 2, default 7.)
+($AB_ROUNDS: the rounds of part 2, default 7. Pass 25's first run, r1, had the rescan's
+column parts and persistent programs as variants: see docs/BENCHMARKS.md.)
 """
 import hashlib
 import json
@@ -30,15 +32,15 @@ from tools.bench.inputs import distill_inputs
 
 ROUNDS, BURST = int(os.environ.get("AB_ROUNDS", 7)), 8
 H, V = 4096, 151936
-VARIANTS = {  # (RESCAN_PARTS, RESCAN_PERSISTENT, SORT_FEW)
-    "before": (1, False, 0), "persistent": (1, True, 0), "few": (1, False, 128),
-    "parts1": (1, True, 128), "parts2": (2, True, 128), "parts4": (4, True, 128),
-    "parts8": (8, True, 128)}
-DEFAULT = (topk_rescan.RESCAN_PARTS, topk_rescan.RESCAN_PERSISTENT, tile_sort.SORT_FEW)
+VARIANTS = {  # (RESCAN_PREFETCH, RESCAN_STAGES_SPARSE, SORT_FEW)
+    "before": (False, 3, 0), "few": (False, 3, 128), "prefetch": (True, 3, 128),
+    "prefetch_s4": (True, 4, 128), "stages4": (False, 4, 128), "stages6": (False, 6, 128)}
+COMPARED = ("before", "few", "prefetch")
+DEFAULT = (topk_rescan.RESCAN_PREFETCH, topk_rescan.RESCAN_STAGES_SPARSE, tile_sort.SORT_FEW)
 
 
 def use(variant):
-    topk_rescan.RESCAN_PARTS, topk_rescan.RESCAN_PERSISTENT, tile_sort.SORT_FEW = variant
+    topk_rescan.RESCAN_PREFETCH, topk_rescan.RESCAN_STAGES_SPARSE, tile_sort.SORT_FEW = variant
 
 
 def calls(h, w, ids):
@@ -97,8 +99,8 @@ def kernels_part():
                 if n == 8192 and name == "topk8_labels":
                     continue
                 for vname, variant in VARIANTS.items():
-                    if n == 8192 and vname not in ("before", "persistent", "parts4"):
-                        continue  # past RESCAN_PARTS_MAX_ROWS: one part
+                    if n == 8192 and vname not in ("before", "few", "prefetch", "prefetch_s4"):
+                        continue
                     use(variant)
                     out = fn()
                     row = {"N": n, "op": name, "variant": vname, "digest": digest(out),
@@ -123,24 +125,24 @@ def ratios_part():
         with torch.no_grad():
             ops_ = calls(h, w, ids)
             for fn in ops_.values():
-                for variant in (VARIANTS["before"], DEFAULT):
-                    use(variant)
+                for vname in COMPARED:
+                    use(VARIANTS[vname])
                     fn()
             for _ in range(ROUNDS):
                 floor = {s: timed(gemm, s) for s in (False, True)}
                 for name, fn in ops_.items():
-                    for vname, variant in (("before", VARIANTS["before"]), ("default", DEFAULT)):
-                        use(variant)
+                    for vname in COMPARED:
+                        use(VARIANTS[vname])
                         for s in (False, True):
                             per.setdefault((name, vname, s), []).append(timed(fn, s) / floor[s])
         for name in ops_:
             row = {"N": n, "op": name}
-            for vname in ("before", "default"):
+            for vname in COMPARED:
                 row[vname] = [statistics.median(per[name, vname, s]) for s in (False, True)]
             rows.append(row)
-            print(f"N={n} {name}: before {row['before'][0]:.3f} / {row['before'][1]:.3f}, "
-                  f"default {row['default'][0]:.3f} / {row['default'][1]:.3f} x GEMM "
-                  f"(bursts / synchronized)", flush=True)
+            print(f"N={n} {name}: " + ", ".join(
+                f"{v} {row[v][0]:.3f} / {row[v][1]:.3f}" for v in COMPARED)
+                + " x GEMM (bursts / synchronized)", flush=True)
         del h, w, ids
     use(DEFAULT)
     return rows

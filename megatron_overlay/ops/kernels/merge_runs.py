@@ -11,9 +11,6 @@ merge_topk.py orders the same candidates by k extractions over the whole row (10
 int64 rows at k = 32: k x 1024 keys a row); here a step is one k-wide maximum and one
 load a row, k x k keys a row, and the outputs are the same bits (keys, their order and
 their decoding are merge_topk's): the interpreter test ``mergeruns`` holds the two to it.
-Column parts (topk_rescan.rescan_parts): each pair's candidates in ``parts`` runs, pair
-j's side by side at parts (j k - j (j - 1) / 2), each of k - j slots: k parts runs a row,
-merged alike.
 A row whose values are NaN (an invalid temperature: topk_rescan.py ranks its logits by
 themselves and stores NaN) is merged on keys that read NaN as -inf, so on ids alone: its
 runs are not sorted by those keys, and its k ids are k distinct real candidates
@@ -50,13 +47,13 @@ def _run_key(cand_v_ptr, cand_i_ptr, src, slot, ok, V):
 def merge_runs_kernel(cand_v_ptr, cand_i_ptr, out_v_ptr, out_i_ptr, N, V, K,
                       stats_ptr, labels_ptr, lse_ptr, mean_z_ptr, ent_ptr, lp_ptr, valid_ptr,
                       bad_ptr, rec_ptr, num_shards, vocab_size, ignore_index,
-                      BLOCK_R: tl.constexpr, KP: tl.constexpr, PARTS: tl.constexpr,
-                      PAD: tl.constexpr, FINALIZE: tl.constexpr, HAS_LABELS: tl.constexpr,
+                      BLOCK_R: tl.constexpr, KP: tl.constexpr, PAD: tl.constexpr,
+                      FINALIZE: tl.constexpr, HAS_LABELS: tl.constexpr,
                       WITH_ENTROPY: tl.constexpr):
-    """cand [N, PARTS K (K + 1) / 2] fp32 values, int32 ids in runs (above; KP >= PARTS K)
-    -> out [N, K] fp32 values, int64 ids (PAD for an unfilled place). ``FINALIZE``: the
-    rows' finalize too (finalize_stats.finalize_rows, a record row a program; its
-    arguments unused otherwise), and the values written as log-probs, z - lse."""
+    """cand [N, K (K + 1) / 2] fp32 values, int32 ids in runs (above) -> out [N, K] fp32
+    values, int64 ids (PAD for an unfilled place). ``FINALIZE``: the rows' finalize too
+    (finalize_stats.finalize_rows, a record row a program; its arguments unused
+    otherwise), and the values written as log-probs, z - lse."""
     pid = tl.program_id(0)
     rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
     keep = rows < N
@@ -65,14 +62,13 @@ def merge_runs_kernel(cand_v_ptr, cand_i_ptr, out_v_ptr, out_i_ptr, N, V, K,
                             valid_ptr, bad_ptr, rec_ptr, pid, rows, keep, N, num_shards,
                             vocab_size, ignore_index, HAS_LABELS, WITH_ENTROPY, BLOCK_R)
     run = tl.arange(0, KP)
-    j, part = run // PARTS, run % PARTS  # pair j's part
-    start = PARTS * (j * K - j * (j - 1) // 2) + part * (K - j)  # the run's first slot
-    end = start + K - j                                         # past its last
-    row_base = rows.to(tl.int64) * (PARTS * (K * (K + 1) // 2))
+    start = run * K - run * (run - 1) // 2  # run j's first slot
+    end = start + K - run                   # past its last
+    row_base = rows.to(tl.int64) * (K * (K + 1) // 2)
     at = start[None, :] + tl.zeros([BLOCK_R, KP], tl.int32)  # each run's head: its slot
-    ok = keep[:, None] & (run < PARTS * K)[None, :]
+    ok = keep[:, None] & (run < K)[None, :]
     keys, heads = _run_key(cand_v_ptr, cand_i_ptr, row_base[:, None] + at, at, ok, V)
-    nan_row = tl.max((heads != heads).to(tl.int32), axis=1) > 0  # a head of pair 0 is real
+    nan_row = tl.max((heads != heads).to(tl.int32), axis=1) > 0  # run 0's head is real
     out = rows.to(tl.int64) * K
     for i in range(K):
         best = tl.max(keys, axis=1)
@@ -91,14 +87,13 @@ def merge_runs_kernel(cand_v_ptr, cand_i_ptr, out_v_ptr, out_i_ptr, N, V, K,
 
 
 def merge_runs(cand_v: torch.Tensor, cand_i: torch.Tensor, vocab: int, k: int,
-               out: tuple[torch.Tensor, torch.Tensor], fin: Finalizing | None = None,
-               parts: int = 1):
+               out: tuple[torch.Tensor, torch.Tensor], fin: Finalizing | None = None):
     """``out`` ([N, k] fp32 values, int64 ids, contiguous): each row's top k of its
-    rescan candidates ``cand_v`` / ``cand_i`` ([N, parts k (k + 1) / 2], in k ``parts``
-    ordered runs). ``fin``: the rows' finalize in the same launch, its outputs returned
-    (else None) and the values written as log-probs."""
+    rescan candidates ``cand_v`` / ``cand_i`` ([N, k (k + 1) / 2], in k ordered runs).
+    ``fin``: the rows' finalize in the same launch, its outputs returned (else None) and
+    the values written as log-probs."""
     n_rows = cand_v.shape[0]
-    runs = next_power_of_2(parts * k)
+    runs = next_power_of_2(k)
     block_r = max(1, MERGE_RUNS_KEYS // runs)
     if fin is not None:  # finalize's rows a program at most (its registers)
         block_r = min(block_r, FINALIZE_BLOCK)
@@ -106,5 +101,5 @@ def merge_runs(cand_v: torch.Tensor, cand_i: torch.Tensor, vocab: int, k: int,
     finalized, fin_args, fin_flags = finalize_outputs(fin, n_rows, programs, cand_v)
     launch(merge_runs_kernel, (programs,),
            cand_v, cand_i, out[0], out[1], n_rows, vocab, k, *fin_args, BLOCK_R=block_r,
-           KP=runs, PARTS=parts, PAD=PAD_ID, **fin_flags, num_warps=4)
+           KP=runs, PAD=PAD_ID, **fin_flags, num_warps=4)
     return finalized

@@ -65,7 +65,7 @@ from .. import batch_invariance
 from .logprob_forward import choose_splits, invariant_chunk_tiles
 from .merge_splits import merge_splits
 from .merge_topk import best_tiles, merge_topk
-from .topk_rescan import rank_scale, rescan_block_rows, rescan_parts, rescan_topk
+from .topk_rescan import rank_scale, rescan_block_rows, rescan_topk
 from .split_operand import split_hi_lo_into, split_rows
 
 
@@ -538,10 +538,9 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
         HAS_LABELS=labels is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     lists = n_tokens * k * 12  # the rows' k tiles beside the rescan (fp32 and int64)
-    parts = rescan_parts(bool(second), n_tokens, cfg.block_v)
     if stats is None and k > 1 and (
-            cdiv(n_tokens, rescan_block_rows(k, part.numel() * 4 + lists, parts))
-            > cdiv(n_tokens, rescan_block_rows(k, 16 * n_tokens + lists, parts))):
+            cdiv(n_tokens, rescan_block_rows(k, part.numel() * 4 + lists))
+            > cdiv(n_tokens, rescan_block_rows(k, 16 * n_tokens + lists))):
         # the chunks left for finalize would cut the rescan into more row blocks than the
         # merged statistics (a block's programs then share fewer pairs of a tile: 9 blocks
         # against 3 at 32768 tokens, k = 32): merge them here (finalize folds one part)
@@ -574,5 +573,5 @@ def _topk_block(h_parts, w_parts, labels, inv_temperature, with_entropy, k, cfg,
     values, ids, finalized = rescan_topk(h_parts, w_parts, tile_v, tile_i, inv_temperature,
                                          cfg, tma, lo, mma, rounding,
                                          stats.numel() * 4 + lists, sparse=bool(second),
-                                         fin=fin, parts=parts)
+                                         fin=fin)
     return (stats if finalized is None else finalized), values, ids

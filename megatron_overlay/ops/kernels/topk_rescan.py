@@ -26,25 +26,10 @@ the same bits) and column as its one candidate; where the forward stored exact s
 maxima (topk_forward.pack_third), a tile known to hold at most two z >= thr (its third
 maximum below thr) writes its maximum and, where it is >= thr, its second.
 
-Column parts (small sparse calls: ``rescan_parts``): where few pairs are recomputed
-(the forward's second maxima: 0.06 a row at k = 8 on the benchmark's logits, so ~15 at
-256 tokens; docs/cpu/topk_recomputed_tiles.txt) the rescan took ~42 us at 256 tokens
-whether k was 8 or 32 (docs/BENCHMARKS.md, pass 23): the time of a few programs, each
-reading its tile's whole weight block (2 MB at H = 4096) over H / BLOCK_K steps on one
-multiprocessor. There each recomputed segment is cut into PARTS programs of BLOCK_V /
-PARTS columns, every part taking its own run of the pair's candidates (up to k - j,
-from its columns): a row's candidates then lie in k PARTS runs, pair j's parts side by
-side at PARTS (j k - j (j - 1) / 2), and merge_runs.py merges them all. The programs
-loop over the work (a segment or a segment's part a step), one a multiprocessor, so
-that a call's grid, sized on the host for its worst case (~600 programs at 256 tokens),
-no longer queues programs that find no work.
-
 The logits are the forward kernel's, bit for bit where the MMA instruction and K order
-are the same (the 16-bit tile: both m64nNk16 steps over the same BLOCK_K; a part's
-narrower MMA sums each column as the whole tile's does, which
-test_rescan_parts_change_no_bit holds on a GPU), and do not depend on which rows share a
-program (the MMA's rows are independent), so the values are batch invariant as the
-forward's statistics are.
+are the same (the 16-bit tile: both m64n256k16 steps over the same BLOCK_K), and do not
+depend on which rows share a program (the MMA's rows are independent), so the values are
+batch invariant as the forward's statistics are.
 """
 
 from __future__ import annotations
@@ -56,7 +41,7 @@ import triton.language as tl
 from ..topk_merge import PAD_ID
 from ._tiles import load_tile, mixed_dot, round_logits
 from .launch import (cdiv, dot_precision, interpreting, inv_t_args, launch, next_power_of_2,
-                     sm_count, tile_source, upcast_dot)
+                     tile_source, upcast_dot)
 from .merge_runs import merge_runs
 from .merge_topk import (CODE_AT_MASK, CODE_ID_BITS, CODE_ID_MASK, CODE_SECOND_SHIFT,
                          NO_SECOND_BITS)
@@ -77,12 +62,20 @@ RESCAN_ROWS = 128
 # at k = 8 with every pair recomputed (the dense path) 128 stays ahead, 0.57 against 0.67.
 RESCAN_ROWS_SPARSE = 64
 RESCAN_ROWS_INTERPRETED = 16
-# 8 warps (4: 2.01 / 8.16 ms in the same runs); a column part narrower than 128 columns
-# (rescan_parts) 4: one warpgroup's MMA.
+# 8 warps (4: 2.01 / 8.16 ms in the same runs).
 RESCAN_WARPS = 8
-RESCAN_PART_WARPS = 4
 # at most the forward's (mixed operands: 2, for both halves of the fp32 one in shared memory)
 RESCAN_STAGES = 3
+# The sparse path's (RESCAN_ROWS_SPARSE rows: 40 KB a stage on the 16-bit tile): where a
+# few recomputed segments take the rescan's time, each a loop of H / BLOCK_K steps on one
+# multiprocessor, the loads in flight set a step's time. 16-bit operands of one dtype only
+# (the others keep RESCAN_STAGES and the forward's cap).
+RESCAN_STAGES_SPARSE = 3
+# Each step's hidden rows are a gather (tl.load of the pairs' rows), which the pipeline
+# does not stage as it does the weight's TMA tiles (shared memory grows by the weight
+# tile's 32 KB a stage alone: docs/h200/pass25/aot_sm90.txt): True loads the next step's
+# rows while this step's MMA runs.
+RESCAN_PREFETCH = True
 # The rescan's memory a launch: its candidates (8 bytes each, k (k + 1) / 2 a row) and the
 # sorted pairs (8 bytes each, k a row): row blocks past its budget, which is what the
 # forward's other buffers (the statistics' chunks, the tile lists: ``alive_bytes``) leave
@@ -92,33 +85,17 @@ RESCAN_STAGES = 3
 # rescan 1.6 ms where three took 2.9).
 FORWARD_EXTRA_BYTES = 60 << 20
 RESCAN_BUDGET_BYTES = 16 << 20
-# Column parts of a recomputed segment (above) in calls of up to RESCAN_PARTS_MAX_ROWS rows
-# on the sparse path; each part at least 16 columns (an MMA's). Elsewhere (the dense path,
-# larger calls: many recomputed tiles, which fill the multiprocessors) one part.
-RESCAN_PARTS = 4
-RESCAN_PARTS_MAX_ROWS = 1024
-# The programs that loop over the work: one a multiprocessor (238-255 registers a thread:
-# docs/h200/pass25/aot_sm90.txt). False: a program for each place of the grid's worst
-# case (the layout before pass 25, for A/B runs).
-RESCAN_PERSISTENT = True
 
 
-def rescan_parts(sparse: bool, n_rows: int, block_v: int) -> int:
-    """The column parts of a recomputed segment for a call of ``n_rows`` rows (above)."""
-    if not sparse or n_rows > RESCAN_PARTS_MAX_ROWS:
-        return 1
-    return max(1, min(RESCAN_PARTS, block_v // 16))
-
-
-def rescan_row_bytes(k: int, parts: int = 1) -> int:
+def rescan_row_bytes(k: int) -> int:
     """The rescan's memory a row of a launch (its candidates and sorted pairs)."""
-    return 8 * parts * (k * (k + 1) // 2) + 8 * k
+    return 8 * (k * (k + 1) // 2) + 8 * k
 
 
-def rescan_block_rows(k: int, alive_bytes: int, parts: int = 1) -> int:
+def rescan_block_rows(k: int, alive_bytes: int) -> int:
     """Rows a rescan launch takes beside ``alive_bytes`` of the caller's buffers."""
     budget = max(RESCAN_BUDGET_BYTES, FORWARD_EXTRA_BYTES - alive_bytes)
-    return max(1, budget // rescan_row_bytes(k, parts))
+    return max(1, budget // rescan_row_bytes(k))
 
 
 @triton.jit
@@ -134,8 +111,6 @@ def rank_scale(inv_t):
 
 @triton.jit
 def _gather_rows(h_ptr, rows, k0, H, stride_h, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    # rows past a segment's pairs read row 0: one address a warp (masking them took ~120
-    # bytes more of spills at 128 rows: docs/h200/pass25/aot_sm90.py)
     cols = k0 + tl.arange(0, BLOCK_K)
     ptrs = h_ptr + rows[:, None].to(tl.int64) * stride_h + cols[None, :]
     return tl.load(ptrs, mask=cols[None, :] < H, other=0.0)
@@ -159,35 +134,26 @@ def rescan_kernel(
     h_ptr, h_lo_ptr, w_src, w_lo_src, runs_ptr, pairs_ptr, tile_v_ptr, tile_i_ptr, inv_t_ptr,
     out_v_ptr, out_i_ptr, V, H, K, stride_h, stride_w, inv_t,
     BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KP: tl.constexpr,
-    NB: tl.constexpr, PARTS: tl.constexpr, USE_TMA: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, ROW_INV_T: tl.constexpr,
-    LOGITS_DTYPE: tl.constexpr, LO: tl.constexpr, OPAQUE_COLUMNS: tl.constexpr,
-    PAD: tl.constexpr,
+    NB: tl.constexpr, USE_TMA: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr, ROW_INV_T: tl.constexpr, LOGITS_DTYPE: tl.constexpr,
+    LO: tl.constexpr, OPAQUE_COLUMNS: tl.constexpr, PAD: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     """``runs_ptr`` [2, NB] int32: tile_sort's segments table; ``pairs_ptr`` [P] int32: the
     pairs ordered by tile, each one's row * K + place; ``tile_v_ptr`` [N, K]: the rows'
     candidate tiles' maxima of z, descending (the last is thr); ``tile_i_ptr`` [N, K]
     int64: their tiles or codes (merge_topk.best_tiles), read for the pairs sorted past
     the tiles. The logits are compared as z (times ``rank_scale`` of the row's inv_t);
-    a row whose inv_t is NaN stores NaN values. ``PARTS``: the column parts of a
-    recomputed segment (``w_src``'s blocks: BLOCK_V // PARTS columns); ``KP`` >= K.
-    The work: each recomputed segment's PARTS parts, then the segments past the tiles
-    (known maxima, unfilled slots), which the programs take in turn (the grid, sized on
-    the host without the data, may hold more programs than work: the rest do nothing)."""
-    PW: tl.constexpr = BLOCK_V // PARTS
+    a row whose inv_t is NaN stores NaN values. The grid may hold more programs than
+    segments (it is sized on the host without the data): those past the last segment do
+    nothing."""
+    seg = tl.program_id(0)
     num_t = tl.cdiv(V, BLOCK_V)
     bins = tl.arange(0, NB)
-    recomputed = tl.load(runs_ptr + num_t - 1)  # the segments of tiles 0..num_t-1
-    work = recomputed * PARTS + tl.load(runs_ptr + NB - 1) - recomputed
-    slots = tl.arange(0, KP)
-    for item in range(tl.program_id(0), work, tl.num_programs(0)):
-        split = item < recomputed * PARTS
-        seg = tl.where(split, item // PARTS, item - recomputed * (PARTS - 1))
-        part = tl.where(split, item % PARTS, 0)
-        # the table read again a step (L1), not held across the loop in registers
-        seg_end = tl.load(runs_ptr + bins)
+    seg_end = tl.load(runs_ptr + bins)
+    tile = tl.sum((seg_end <= seg).to(tl.int32), axis=0)  # the first bin ending past seg
+    if tile <= num_t:
         run_start = tl.load(runs_ptr + NB + bins)
-        tile = tl.sum((seg_end <= seg).to(tl.int32), axis=0)  # the first bin ending past seg
         seg_begin = tl.max(tl.where(bins < tile, seg_end, 0), axis=0)
         start = tl.sum(tl.where(bins == tile, run_start, 0), axis=0)
         end = tl.sum(tl.where(bins == tile + 1, run_start, 0), axis=0)
@@ -196,9 +162,9 @@ def rescan_kernel(
         pair = tl.load(pairs_ptr + pos, mask=live, other=0).to(tl.int64)
         row = pair // K
         place = (pair % K).to(tl.int32)
-        room = K - place  # slots the pair may fill, in each part
-        base = row * (PARTS * (K * (K + 1) // 2)) \
-            + PARTS * (place * K - place * (place - 1) // 2)
+        room = K - place  # slots the pair may fill
+        base = row * (K * (K + 1) // 2) + place * K - place * (place - 1) // 2
+        slots = tl.arange(0, KP)
         inv_t_row = inv_t + tl.zeros([BLOCK_R], tl.float32)
         if ROW_INV_T:
             inv_t_row = tl.load(inv_t_ptr + row, mask=live, other=1.0)
@@ -206,32 +172,39 @@ def rescan_kernel(
         rank = rank_scale(inv_t_row)
         if tile < num_t:
             thr = tl.load(tile_v_ptr + row * K + K - 1, mask=live, other=float("inf"))
-            col = tl.arange(0, PW)
-            v0 = (tile * BLOCK_V + part * PW).to(tl.int32)
-            acc = tl.zeros((BLOCK_R, PW), tl.float32)
+            col = tl.arange(0, BLOCK_V)
+            v0 = (tile * BLOCK_V).to(tl.int32)
+            acc = tl.zeros((BLOCK_R, BLOCK_V), tl.float32)
+            if PREFETCH:
+                a_next = _gather_rows(h_ptr, row, 0, H, stride_h, BLOCK_R, BLOCK_K)
             for k0 in range(0, H, BLOCK_K):
-                b = load_tile(w_src, v0, k0, V, H, stride_w, PW, BLOCK_K, USE_TMA)
-                a = _gather_rows(h_ptr, row, k0, H, stride_h, BLOCK_R, BLOCK_K)
+                b = load_tile(w_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K, USE_TMA)
+                if PREFETCH:  # the next step's rows in flight during this one's MMA (the
+                    a = a_next  # last step's next: past H, no reads)
+                    a_next = _gather_rows(h_ptr, row, k0 + BLOCK_K, H, stride_h, BLOCK_R,
+                                          BLOCK_K)
+                else:
+                    a = _gather_rows(h_ptr, row, k0, H, stride_h, BLOCK_R, BLOCK_K)
                 a_lo, b_lo = a, b
                 if LO == 1:
                     a_lo = _gather_rows(h_lo_ptr, row, k0, H, stride_h, BLOCK_R, BLOCK_K)
                 elif LO == 2:
-                    b_lo = load_tile(w_lo_src, v0, k0, V, H, stride_w, PW, BLOCK_K, USE_TMA)
+                    b_lo = load_tile(w_lo_src, v0, k0, V, H, stride_w, BLOCK_V, BLOCK_K,
+                                     USE_TMA)
                 acc = mixed_dot(a, a_lo, b, b_lo, acc, LO, DOT_PRECISION, UPCAST_DOT)
             acc = round_logits(acc, LOGITS_DTYPE) * rank[:, None]  # z, as thr is
             real = (v0 + col)[None, :] < V
             acc = tl.where(real, acc, float("-inf"))
             count = tl.sum(((acc >= thr[:, None]) & real).to(tl.int32), axis=1)
             take = tl.where(live, tl.minimum(count, room), 0)
-            out = base + part * room  # this part's run
             for r in range(0, tl.max(take, axis=0)):
                 best, at = tl.max(acc, axis=1, return_indices=True,
                                   return_indices_tie_break_left=True)
                 keep = r < take
-                tl.store(out_v_ptr + out + r, tl.where(nan_row, float("nan"), best),
+                tl.store(out_v_ptr + base + r, tl.where(nan_row, float("nan"), best),
                          mask=keep)
-                tl.store(out_i_ptr + out + r, v0 + at, mask=keep)
-                idx = _columns(BLOCK_R, PW, OPAQUE_COLUMNS)
+                tl.store(out_i_ptr + base + r, v0 + at, mask=keep)
+                idx = _columns(BLOCK_R, BLOCK_V, OPAQUE_COLUMNS)
                 acc = tl.where(idx == at[:, None], float("-inf"), acc)
         else:  # no tile to recompute: known maxima (a code past num_t) or an unfilled slot
             code = tl.load(tile_i_ptr + row * K + place, mask=live, other=-1)
@@ -260,20 +233,15 @@ def rescan_kernel(
             tl.store(out_v_ptr + base + 1, tl.where(nan_row, float("nan"), z_b), mask=two)
             tl.store(out_i_ptr + base + 1, id_b, mask=two)
             take = known.to(tl.int32) + two.to(tl.int32)
-            out = base  # part 0's run
-        # the rest unfilled: of this part's run, or (past the tiles) of every part's
-        for c in range(0, tl.where(tile < num_t, 1, PARTS)):
-            taken = tl.where(c == 0, take, 0)
-            rest = live[:, None] & (slots[None, :] >= taken[:, None]) \
-                & (slots[None, :] < room[:, None])
-            at = out[:, None] + c * room[:, None] + slots[None, :]
-            tl.store(out_v_ptr + at, float("-inf"), mask=rest)
-            tl.store(out_i_ptr + at, V, mask=rest)
+        rest = live[:, None] & (slots[None, :] >= take[:, None]) \
+            & (slots[None, :] < room[:, None])
+        tl.store(out_v_ptr + base[:, None] + slots[None, :], float("-inf"), mask=rest)
+        tl.store(out_i_ptr + base[:, None] + slots[None, :], V, mask=rest)
 
 
 def rescan_topk(h_parts, w_parts, tile_v: torch.Tensor, tile_i: torch.Tensor,
                 inv_temperature, cfg, tma: bool, lo: int, mma: torch.dtype, rounding,
-                alive_bytes: int = 0, sparse: bool = False, fin=None, parts: int | None = None):
+                alive_bytes: int = 0, sparse: bool = False, fin=None):
     """([N, k] values, int64 ids): the rows' top k from their k candidate tiles (``tile_v``
     maxima of z descending, ``tile_i`` tile ids, topk_merge.PAD_ID where unfilled), in row
     blocks within what ``alive_bytes`` (the caller's buffers) leave of FORWARD_EXTRA_BYTES,
@@ -282,57 +250,57 @@ def rescan_topk(h_parts, w_parts, tile_v: torch.Tensor, tile_i: torch.Tensor,
     ``sparse``: ``tile_i`` holds known maxima's codes (the forward's second maxima), so few
     pairs are recomputed (RESCAN_ROWS_SPARSE). ``fin`` (finalize_stats.Finalizing): where
     one launch takes every row, finalize's outputs from merge_runs' launch (the values
-    then log-probs): (values, ids, finalize's outputs or None). ``parts``: a recomputed
-    segment's column parts (tools; default ``rescan_parts``)."""
+    then log-probs): (values, ids, finalize's outputs or None)."""
     n_rows, k = tile_v.shape
     dev = tile_v.device
-    if parts is None:
-        parts = rescan_parts(sparse, n_rows, cfg.block_v)
     values = torch.empty(n_rows, k, dtype=torch.float32, device=dev)
     ids = torch.empty(n_rows, k, dtype=torch.int64, device=dev)
-    block = rescan_block_rows(k, alive_bytes, parts)
+    block = rescan_block_rows(k, alive_bytes)
     if n_rows <= block:  # one launch: no row slices (each view costs host time)
         finalized = _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo,
-                            mma, rounding, (values, ids), sparse, fin, parts)
+                            mma, rounding, (values, ids), sparse, fin)
         return values, ids, finalized
     per_row_t = isinstance(inv_temperature, torch.Tensor)
     for r0 in range(0, n_rows, block):
         rows = slice(r0, r0 + block)
         _rescan((h_parts[0][rows], h_parts[1][rows]), w_parts, tile_v[rows], tile_i[rows],
                 inv_temperature[rows] if per_row_t else inv_temperature, cfg, tma, lo, mma,
-                rounding, (values[rows], ids[rows]), sparse, None, parts)
+                rounding, (values[rows], ids[rows]), sparse)
     return values, ids, None
 
 
 def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma, rounding,
-            out, sparse=False, fin=None, parts=1):
+            out, sparse=False, fin=None):
     (h_hi, h_lo), (w_hi, w_lo) = h_parts, w_parts
     n_rows, k = tile_v.shape
     vocab, hidden_size = w_hi.shape
     dev = h_hi.device
-    width = parts * (k * (k + 1) // 2)
+    width = k * (k + 1) // 2
     num_t = cdiv(vocab, cfg.block_v)
-    part_v = cfg.block_v // parts  # a part's columns
     rows = RESCAN_ROWS_INTERPRETED if interpreting() else \
         RESCAN_ROWS_SPARSE if sparse else RESCAN_ROWS
     _tiles, pairs, runs = sort_tiles(tile_i, num_t, rows)
     cand_v = torch.empty(n_rows, width, dtype=torch.float32, device=dev)
     cand_i = torch.empty(n_rows, width, dtype=torch.int32, device=dev)
-    w_src = tile_source(w_hi, [part_v, cfg.block_k], tma)
+    w_src = tile_source(w_hi, [cfg.block_v, cfg.block_k], tma)
     inv_t_rows, inv_t = inv_t_args(inv_temperature)
-    # the work's worst case: a segment a tile (the unfilled slots' bin num_t among them)
-    # more than the pairs fill, each recomputed one in its parts
-    work = (cdiv(n_rows * k, rows) + num_t + 1) * parts
-    programs = min(work, sm_count(dev)) if RESCAN_PERSISTENT else work
-    launch(rescan_kernel, (programs,),
-        h_hi, h_lo, w_src, tile_source(w_lo, [part_v, cfg.block_k], tma) if lo == 2
+    # segments: at most one a tile (the unfilled slots' bin num_t among them) more than
+    # the pairs fill
+    launch(rescan_kernel, (cdiv(n_rows * k, rows) + num_t + 1,),
+        h_hi, h_lo, w_src, tile_source(w_lo, [cfg.block_v, cfg.block_k], tma) if lo == 2
         else None, runs, pairs, tile_v, tile_i, tile_v if inv_t_rows is None else inv_t_rows,
         cand_v, cand_i, vocab, hidden_size, k, h_hi.stride(0), w_hi.stride(0),
         inv_t, BLOCK_R=rows, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
-        KP=next_power_of_2(k), NB=runs.shape[1], PARTS=parts, USE_TMA=tma,
-        DOT_PRECISION=dot_precision(mma), UPCAST_DOT=upcast_dot(mma),
-        ROW_INV_T=inv_t_rows is not None, LOGITS_DTYPE=rounding, LO=lo,
-        OPAQUE_COLUMNS=not interpreting(), PAD=PAD_ID,
-        num_warps=RESCAN_WARPS if part_v >= 128 else RESCAN_PART_WARPS,
-        num_stages=min(RESCAN_STAGES, cfg.num_stages))
-    return merge_runs(cand_v, cand_i, vocab, k, out, fin, parts)
+        KP=next_power_of_2(k), NB=runs.shape[1], USE_TMA=tma, DOT_PRECISION=dot_precision(mma),
+        UPCAST_DOT=upcast_dot(mma), ROW_INV_T=inv_t_rows is not None,
+        LOGITS_DTYPE=rounding, LO=lo, OPAQUE_COLUMNS=not interpreting(), PAD=PAD_ID,
+        PREFETCH=RESCAN_PREFETCH,
+        num_warps=RESCAN_WARPS, num_stages=_stages(sparse, lo, mma, cfg))
+    return merge_runs(cand_v, cand_i, vocab, k, out, fin)
+
+
+def _stages(sparse: bool, lo: int, mma: torch.dtype, cfg) -> int:
+    """The rescan's pipeline stages (RESCAN_STAGES, RESCAN_STAGES_SPARSE)."""
+    if sparse and not lo and mma != torch.float32:
+        return RESCAN_STAGES_SPARSE
+    return min(RESCAN_STAGES, cfg.num_stages)
