@@ -14,8 +14,10 @@ sparse path), "stages4" / "stages6" (the stages without the prefetch).
 
     PYTHONPATH=. python docs/h200/pass25/tail_ab.py OUT.json     (one GPU)
 
-($AB_ROUNDS: the rounds of part 2, default 7. Pass 25's first run, r1, had the rescan's
-column parts and persistent programs as variants: see docs/BENCHMARKS.md.)
+($AB_ROUNDS: the rounds of part 2, default 7, 0: no part 2; $AB_VARIANTS: the variants
+of part 1, default all; $AB_N: its token counts, default 256,1024,8192. Pass 25's first
+run, r1, had the rescan's column parts and persistent programs as variants: see
+docs/BENCHMARKS.md.)
 """
 import hashlib
 import json
@@ -36,6 +38,8 @@ VARIANTS = {  # (RESCAN_PREFETCH, RESCAN_STAGES_SPARSE, SORT_FEW)
     "before": (False, 3, 0), "few": (False, 3, 128), "prefetch": (True, 3, 128),
     "prefetch_s4": (True, 4, 128), "stages4": (False, 4, 128), "stages6": (False, 6, 128)}
 COMPARED = ("before", "few", "prefetch")
+PART1 = os.environ.get("AB_VARIANTS", ",".join(VARIANTS)).split(",")
+PART1_N = [int(n) for n in os.environ.get("AB_N", "256,1024,8192").split(",")]
 DEFAULT = (topk_rescan.RESCAN_PREFETCH, topk_rescan.RESCAN_STAGES_SPARSE, tile_sort.SORT_FEW)
 
 
@@ -92,13 +96,15 @@ def timed(fn, sync):
 
 def kernels_part():
     rows = []
-    for n in (256, 1024, 8192):
+    for n in PART1_N:
         h, w, ids = distill_inputs(n, H, V, 32, 0)
         with torch.no_grad():
             for name, fn in calls(h, w, ids).items():
                 if n == 8192 and name == "topk8_labels":
                     continue
                 for vname, variant in VARIANTS.items():
+                    if vname not in PART1:
+                        continue
                     if n == 8192 and vname not in ("before", "few", "prefetch", "prefetch_s4"):
                         continue
                     use(variant)
@@ -158,6 +164,8 @@ def main(path):
     res["same_bits"] = all(len(d) == 1 for d in same.values())
     print("same bits in every variant:", res["same_bits"], flush=True)
     json.dump(res, open(path, "w"), indent=1)
+    if not ROUNDS:
+        return
     res["ratios"] = ratios_part()
     json.dump(res, open(path, "w"), indent=1)
 
