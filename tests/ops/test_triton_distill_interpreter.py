@@ -181,9 +181,14 @@ def _worker() -> int:
                        "dtype": str(dtype)[6:]}
                 from megatron_overlay.ops.kernels import topk_rescan
                 budget = topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES
-                for (k, temperature, rows), second_from in itertools.product(
+                prefetch_default = topk_rescan.RESCAN_PREFETCH
+                # and the rescan's A/B setting RESCAN_PREFETCH (off by default) on
+                for (k, temperature, rows), second_from, prefetch in itertools.product(
                         ((1, inv_t, 0), (5, inv_t, 0), (5, 1 / 0.7, 4), (12, inv_t, 3),
-                         (12, 1 / 0.7, 0), (40, inv_t, 0)), second_max_paths):
+                         (12, 1 / 0.7, 0), (40, inv_t, 0)), second_max_paths, (False, True)):
+                    if prefetch and k == 1:
+                        continue  # no rescan
+                    topk_rescan.RESCAN_PREFETCH = prefetch
                     if rows:  # the rescan in blocks of this many rows
                         topk_rescan.RESCAN_BUDGET_BYTES = rows * topk_rescan.rescan_row_bytes(k)
                         topk_rescan.FORWARD_EXTRA_BYTES = 0
@@ -194,6 +199,7 @@ def _worker() -> int:
                                                          True, k, splits=3)
                     finally:
                         topk_rescan.RESCAN_BUDGET_BYTES, topk_rescan.FORWARD_EXTRA_BYTES = budget
+                        topk_rescan.RESCAN_PREFETCH = prefetch_default
                     res["stats_err"] = max(res["stats_err"], (got[0] - ref[0]).abs().max().item())
                     res["values_err"] = max(res["values_err"],
                                             (got[1] - ref[1]).abs().max().item())

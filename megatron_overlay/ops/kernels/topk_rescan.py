@@ -66,16 +66,18 @@ RESCAN_ROWS_INTERPRETED = 16
 RESCAN_WARPS = 8
 # at most the forward's (mixed operands: 2, for both halves of the fp32 one in shared memory)
 RESCAN_STAGES = 3
-# The sparse path's (RESCAN_ROWS_SPARSE rows: 40 KB a stage on the 16-bit tile): where a
-# few recomputed segments take the rescan's time, each a loop of H / BLOCK_K steps on one
-# multiprocessor, the loads in flight set a step's time. 16-bit operands of one dtype only
-# (the others keep RESCAN_STAGES and the forward's cap).
-RESCAN_STAGES_SPARSE = 3
-# Each step's hidden rows are a gather (tl.load of the pairs' rows), which the pipeline
-# does not stage as it does the weight's TMA tiles (shared memory grows by the weight
-# tile's 32 KB a stage alone: docs/h200/pass25/aot_sm90.txt): True loads the next step's
-# rows while this step's MMA runs.
-RESCAN_PREFETCH = True
+# Two settings for A/B runs (docs/h200/pass25/tail_ab.py), neither yet timed on a GPU
+# (pass 25's device time ran out: docs/BENCHMARKS.md), both off. Where few recomputed
+# segments take the rescan's time (small calls: ~42 us at 256 tokens, ~15 segments at
+# k = 8), each is a loop of H / BLOCK_K steps on one multiprocessor, and a step waits on
+# its loads. RESCAN_STAGES_SPARSE: the sparse path's pipeline stages (None: RESCAN_STAGES;
+# 16-bit operands of one dtype only; 32 KB of shared memory a stage, 6 fit:
+# docs/h200/pass25/aot_sm90.txt). RESCAN_PREFETCH: each step's hidden rows are a gather
+# (plain loads, which the pipeline does not stage as it does the weight's TMA tiles: the
+# PTX has no cp.async), so True loads the next step's rows during this step's MMA (the
+# same operands, the same bits).
+RESCAN_STAGES_SPARSE = None
+RESCAN_PREFETCH = False
 # The rescan's memory a launch: its candidates (8 bytes each, k (k + 1) / 2 a row) and the
 # sorted pairs (8 bytes each, k a row): row blocks past its budget, which is what the
 # forward's other buffers (the statistics' chunks, the tile lists: ``alive_bytes``) leave
@@ -301,6 +303,6 @@ def _rescan(h_parts, w_parts, tile_v, tile_i, inv_temperature, cfg, tma, lo, mma
 
 def _stages(sparse: bool, lo: int, mma: torch.dtype, cfg) -> int:
     """The rescan's pipeline stages (RESCAN_STAGES, RESCAN_STAGES_SPARSE)."""
-    if sparse and not lo and mma != torch.float32:
+    if RESCAN_STAGES_SPARSE and sparse and not lo and mma != torch.float32:
         return RESCAN_STAGES_SPARSE
     return min(RESCAN_STAGES, cfg.num_stages)
