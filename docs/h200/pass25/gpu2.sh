@@ -24,11 +24,11 @@ PYTHONPATH=$PWD timeout 140 python3 -m pytest -q -p no:cacheprovider -rs -m gpu 
   -k "tile_sort or second_maxima_change or finalizes_in or merge_runs or direct_launches" \
   > "$R/pytest_a.txt" 2>&1
 echo "pytest a rc=$? at ${SECONDS}s"; tail -3 "$R/pytest_a.txt"
-PYTHONPATH=$PWD timeout $((${LIMIT:-420} - SECONDS)) python3 -m pytest -q -p no:cacheprovider -rs -m gpu \
+PYTHONPATH=$PWD timeout $(( ${LIMIT:-420} - SECONDS > 10 ? ${LIMIT:-420} - SECONDS : 10 )) python3 -m pytest -q -p no:cacheprovider -rs -m gpu \
   tests/ops/test_batch_invariance_gpu.py \
   -k "topk_same_bits or second_maxima_threshold or topk_row_blocked" > "$R/pytest_b.txt" 2>&1
 echo "pytest b rc=$? at ${SECONDS}s"; tail -3 "$R/pytest_b.txt"
-[ $SECONDS -lt $((${LIMIT:-420} - 60)) ] && { PYTHONPATH=$PWD timeout $((${LIMIT:-420} - SECONDS)) \
+[ $SECONDS -lt $((${LIMIT:-420} - 60)) ] && { PYTHONPATH=$PWD timeout $(( ${LIMIT:-420} - SECONDS > 10 ? ${LIMIT:-420} - SECONDS : 10 )) \
   python3 docs/h200/pass22/small_ab.py "$R/small_ab.json" > "$R/small_ab.log" 2>&1
   echo "small_ab rc=$? at ${SECONDS}s"; }
 echo "done at ${SECONDS}s"

@@ -1,7 +1,7 @@
 """Pass 25: the top-k's tail after its forward kernel, by variant, in one process.
 
 Variants of this tree's settings, (topk_rescan.RESCAN_PREFETCH, RESCAN_STAGES_SPARSE,
-tile_sort.SORT_FEW): "before" (False, 3, 0: the tree before this pass in behaviour),
+tile_sort.SORT_FEW): "before" (False, None, 0: the tree before this pass in behaviour),
 "few" (a lone block's few tiled pairs placed without its sort), "prefetch" (and the
 rescan's next hidden rows loaded during a step's MMA), "prefetch_s4" (and 4 stages on the
 sparse path), "stages4" / "stages6" (the stages without the prefetch).
@@ -35,7 +35,7 @@ from tools.bench.inputs import distill_inputs
 ROUNDS, BURST = int(os.environ.get("AB_ROUNDS", 7)), 8
 H, V = 4096, 151936
 VARIANTS = {  # (RESCAN_PREFETCH, RESCAN_STAGES_SPARSE, SORT_FEW)
-    "before": (False, 3, 0), "few": (False, 3, 128), "prefetch": (True, 3, 128),
+    "before": (False, None, 0), "few": (False, None, 128), "prefetch": (True, None, 128),
     "prefetch_s4": (True, 4, 128), "stages4": (False, 4, 128), "stages6": (False, 6, 128)}
 COMPARED = ("before", "few", "prefetch")
 PART1 = os.environ.get("AB_VARIANTS", ",".join(VARIANTS)).split(",")

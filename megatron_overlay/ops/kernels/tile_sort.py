@@ -50,10 +50,11 @@ from .launch import cdiv, interpreting, launch, next_power_of_2
 SORT_BLOCK = 2048
 SORT_BLOCK_INTERPRETED = 64
 SORT_WARPS = 8
-# At most this many pairs with a tile in a lone block: ranked without the block's sort
-# (above); 0: always sorted. Measured on one H100 (docs/BENCHMARKS.md, pass 25: the top-k
-# at 256 tokens, k = 8, ~15 pairs with a tile of 2048): the scatter 23.6 -> 15.9 us of
-# CUDA time, the same bits. The interpreter: fewer, so that the tests cross it.
+# At most this many pairs with a tile in a lone block (a power of 2): ranked without the
+# block's sort (above); 0: always sorted. Measured on one H100 (docs/BENCHMARKS.md, pass
+# 25: the top-k at 256 tokens, k = 8, ~15 pairs with a tile of 2048 by
+# docs/cpu/topk_recomputed_tiles.txt): the scatter 23.6 -> 15.9 us of CUDA time, the same
+# bits. The interpreter: fewer, so that the tests cross it.
 SORT_FEW = 128
 SORT_FEW_INTERPRETED = 8
 # rows of the [blocks, NB] counts summed at a time
@@ -172,7 +173,7 @@ def sort_tiles(tile_ids: torch.Tensor, num_t: int, seg_rows: int = 128, *,
     [2, NB] int32: the segments' table above), ties in index order, of the pairs' tile ids
     ``tile_ids`` [P] (int64; >= num_t: an unfilled slot, sorted last as num_t). NB:
     ``segment_bins(num_t)``; segments: at most ``seg_rows`` pairs. ``block`` / ``warps`` /
-    ``few`` (tools): the pairs a block (a power of 2), its programs' warps and SORT_FEW."""
+    ``few`` (tools): the pairs a block, its programs' warps and SORT_FEW (powers of 2)."""
     flat = tile_ids.reshape(-1)
     n_pairs = flat.numel()
     if n_pairs >= 2 ** 31:

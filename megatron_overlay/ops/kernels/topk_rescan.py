@@ -69,9 +69,10 @@ RESCAN_STAGES = 3
 # Two settings for A/B runs (docs/h200/pass25/tail_ab.py), neither yet timed on a GPU
 # (pass 25's device time ran out: docs/BENCHMARKS.md), both off. Where few recomputed
 # segments take the rescan's time (small calls: ~42 us at 256 tokens, ~15 segments at
-# k = 8), each is a loop of H / BLOCK_K steps on one multiprocessor, and a step waits on
-# its loads. RESCAN_STAGES_SPARSE: the sparse path's pipeline stages (None: RESCAN_STAGES;
-# 16-bit operands of one dtype only; 32 KB of shared memory a stage, 6 fit:
+# k = 8 by docs/cpu/topk_recomputed_tiles.txt), each is a loop of H / BLOCK_K steps on
+# one multiprocessor, and a step waits on its loads. RESCAN_STAGES_SPARSE: the sparse
+# path's pipeline stages (None: as the dense path's, RESCAN_STAGES capped by the
+# forward's; 16-bit operands of one dtype only; 32 KB of shared memory a stage, 6 fit:
 # docs/h200/pass25/aot_sm90.txt). RESCAN_PREFETCH: each step's hidden rows are a gather
 # (plain loads, which the pipeline does not stage as it does the weight's TMA tiles: the
 # PTX has no cp.async), so True loads the next step's rows during this step's MMA (the
