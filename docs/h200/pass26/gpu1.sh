@@ -9,7 +9,7 @@
 #   [LIMIT=570] bash docs/h200/pass26/gpu1.sh WHEELS OUT      (from the repo root)
 set -u
 WHL=$1; OUT=$2; R=$OUT/r1; mkdir -p "$R"; L=${LIMIT:-570}
-left() { echo $(( L - SECONDS > 10 ? L - SECONDS : 10 )); }
+left() { local s=$(( L - ${1:-0} - SECONDS )); echo $(( s > 10 ? s : 10 )); }  # to LIMIT, less $1 s
 export TRITON_CACHE_DIR=/tmp/triton-cache PYTHONUNBUFFERED=1
 (LC_ALL=C find megatron_overlay tools tests docs/h200/pass25 docs/h200/pass26 -name '*.py' |
   sort | xargs sha1sum > "$R/sources.txt")
@@ -22,7 +22,7 @@ PYTHONPATH=$PWD timeout 110 python3 -m pytest -q -p no:cacheprovider -rs -m gpu 
 echo "pytest rc=$? at ${SECONDS}s"; tail -3 "$R/pytest.txt"
 TESTS=0 ROUNDS=3 SYNC_CALLS=24 METHODS=topk_ours,at_ours,at_ours_fb,logprob_ours,logprob_ours_fb \
   SHAPES="256,4096,151936 8192,4096,151936 16384,3584,152064 32768,4096,151936" \
-  timeout $(( $(left) - 90 > 10 ? $(left) - 90 : 10 )) bash tools/device.sh distill "$WHL" "$R" \
+  timeout $(left 90) bash tools/device.sh distill "$WHL" "$R" \
   > "$R/distill.log" 2>&1
 echo "distill rc=$? at ${SECONDS}s"; tail -42 "$R/distill.log"
 AB_ROUNDS=${AB_ROUNDS:-2} AB_VARIANTS=before,few,prefetch,prefetch_s4,stages4 AB_N=256,1024 \
