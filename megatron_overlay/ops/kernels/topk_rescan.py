@@ -77,7 +77,7 @@ RESCAN_STAGES = 3
 # (plain loads, which the pipeline does not stage as it does the weight's TMA tiles: the
 # PTX has no cp.async), so True loads the next step's rows during this step's MMA (the
 # same operands, the same bits).
-RESCAN_STAGES_SPARSE = None
+RESCAN_STAGES_SPARSE = 4
 RESCAN_PREFETCH = False
 # The rescan's memory a launch: its candidates (8 bytes each, k (k + 1) / 2 a row) and the
 # sorted pairs (8 bytes each, k a row): row blocks past its budget, which is what the
