@@ -66,17 +66,20 @@ RESCAN_ROWS_INTERPRETED = 16
 RESCAN_WARPS = 8
 # at most the forward's (mixed operands: 2, for both halves of the fp32 one in shared memory)
 RESCAN_STAGES = 3
-# Two settings for A/B runs (docs/h200/pass25/tail_ab.py), neither yet timed on a GPU
-# (pass 25's device time ran out: docs/BENCHMARKS.md), both off. Where few recomputed
-# segments take the rescan's time (small calls: ~42 us at 256 tokens, ~15 segments at
-# k = 8 by docs/cpu/topk_recomputed_tiles.txt), each is a loop of H / BLOCK_K steps on
-# one multiprocessor, and a step waits on its loads. RESCAN_STAGES_SPARSE: the sparse
-# path's pipeline stages (None: as the dense path's, RESCAN_STAGES capped by the
-# forward's; 16-bit operands of one dtype only; 32 KB of shared memory a stage, 6 fit:
-# docs/h200/pass25/aot_sm90.txt). RESCAN_PREFETCH: each step's hidden rows are a gather
-# (plain loads, which the pipeline does not stage as it does the weight's TMA tiles: the
-# PTX has no cp.async), so True loads the next step's rows during this step's MMA (the
-# same operands, the same bits).
+# Where few recomputed segments take the rescan's time (small calls: ~42 us at 256
+# tokens, ~15 segments at k = 8 by docs/cpu/topk_recomputed_tiles.txt), each is a loop of
+# H / BLOCK_K steps on one multiprocessor, and a step waits on its loads.
+# RESCAN_STAGES_SPARSE: the sparse path's pipeline stages (None: as the dense path's,
+# RESCAN_STAGES capped by the forward's; 16-bit operands of one dtype only; 32 KB of shared
+# memory a stage, 6 fit: docs/h200/pass25/aot_sm90.txt). 4 measured on one H100, the same
+# bits (docs/BENCHMARKS.md, pass 27; H = 4096, V = 151936, bf16): the rescan 41.9 -> 34.4
+# us at 256 tokens, k = 8 (40.9 -> 32.0 at k = 32), 63.8 -> 57.8 at 1024 tokens, k = 8,
+# and 0.61-0.63 ms either way at 8192 tokens, k = 32.
+# RESCAN_PREFETCH, an A/B setting, off: each step's hidden rows are a gather (plain loads,
+# which the pipeline does not stage as it does the weight's TMA tiles: the PTX has no
+# cp.async), so True loads the next step's rows during this step's MMA (the same operands,
+# the same bits). Measured with it (pass 27): slower at 256 tokens (34.4 -> 45.3 us at
+# k = 8 with 4 stages), faster at 1024 (57.8 -> 53.8).
 RESCAN_STAGES_SPARSE = 4
 RESCAN_PREFETCH = False
 # The rescan's memory a launch: its candidates (8 bytes each, k (k + 1) / 2 a row) and the
