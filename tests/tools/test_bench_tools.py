@@ -323,15 +323,15 @@ def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
 
 
 def test_distillation_table_of_a_stored_gpu_run(tmp_path, capsys, monkeypatch):
-    # the README's one-run table (pass 23, one H100, the harness's final schedule) from its
+    # the README's one-run table (pass 27, r1, one H100, the harness's final schedule) from its
     # results.json, as the README prints it; a read-only command: nothing written, no out
     # folder made
     monkeypatch.chdir(tmp_path)
-    stored = REPO / "docs/h200/pass23/h100/r2/distill/results.json"
+    stored = REPO / "docs/h200/pass27/h100/r1/distill/results.json"
     assert bench(["distill", "--table", str(stored)]) == 0
     assert not any(tmp_path.iterdir())
     table = capsys.readouterr().out
-    assert table.startswith("NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, 2026-12-06 18:49 UTC")
+    assert table.startswith("NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, 2026-12-07 07:49 UTC")
     readme = (REPO / "README.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("|")]
     assert len(rows) == 15 + 15 + 15 and all(line in readme for line in rows)
