@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Pass 27, r2: after r1 (tail_ab: 4 stages on the rescan's sparse path cut its time at
 # 256 and 1024 tokens with the same bits), RESCAN_STAGES_SPARSE = 4 by default. The GPU
-# tests of the top-k paths it takes (bf16 / fp16, the sparse rescan), tail_ab at 8192
-# tokens (few against stages4: k = 32 takes the sparse path there), then the one-run
-# table's top-k rows (tools/device.sh distill, METHODS=topk_ours). OUT packed.
+# tests of the top-k paths it takes (the -k below selects 38: the distillation file's
+# top-k stage in bf16, second maxima in bf16 and fp16, finalize; the invariance file's
+# second-maxima threshold tests in every precision mode, its "second_maxima" matching
+# them all); tail_ab at 8192 tokens, meant as few against stages4, which tail_ab skips
+# at 8192 (it ran few only; stages_big.py, r3, times both); then the one-run table's
+# top-k rows (tools/device.sh distill, METHODS=topk_ours). OUT packed.
 #   [LIMIT=400] bash docs/h200/pass27/gpu2.sh WHEELS OUT      (from the repo root)
 set -u
 WHL=$1; OUT=$2; R=$OUT/r2; mkdir -p "$R"; L=${LIMIT:-400}
