@@ -28,6 +28,12 @@ class ForwardOnlyContext:
         pass
 
 
+# torch.cuda.current_device() without its Python wrapper's lazy-init check (CUDA is
+# initialized wherever a CUDA tensor exists): ~1 us of a call's host time before its first
+# launch on an H100 host; the public function where torch lacks the binding.
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
 def call(function: type[torch.autograd.Function], hidden: torch.Tensor, weight: torch.Tensor,
          *args):
     """``function.apply(hidden, weight, *args)``, through autograd only where a gradient
@@ -38,7 +44,7 @@ def call(function: type[torch.autograd.Function], hidden: torch.Tensor, weight: 
     On the hidden states' CUDA device: the kernels launch on the current device's stream
     (Triton's launcher, as ours), so with the tensors on another GPU they would run there
     and read across devices (as torch's ops do, the device is switched for the call)."""
-    if hidden.is_cuda and hidden.get_device() != torch.cuda.current_device():
+    if hidden.is_cuda and hidden.get_device() != _current_device():
         with torch.cuda.device(hidden.device):
             return call(function, hidden, weight, *args)
     if (torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)) or (

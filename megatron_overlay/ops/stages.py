@@ -28,12 +28,12 @@ Shared by every stage:
 
 from __future__ import annotations
 
-import os
 from typing import Callable, Protocol
 
 import torch
 
 from . import torch_chunked, torch_topk
+from .env_flags import env_value
 from .params import FinalizeRequest
 
 InvTemperature = float | torch.Tensor
@@ -176,7 +176,7 @@ class TopkStage(Protocol):
 
 
 def _pick(device: torch.device) -> tuple[LogprobStages, TopkStage]:
-    wanted = os.environ.get(IMPL_ENV, "")
+    wanted = env_value(IMPL_ENV)
     picked = _picked.get((wanted, device.type))
     if picked is None:  # the import statement and the checks: once per setting and device
         picked = _picked[wanted, device.type] = _pick_uncached(wanted, device)

@@ -456,3 +456,30 @@ def test_inverse_temperature_kernel_is_torchs_bit_for_bit(dtype):
         got, ref = triton_impl.inverse_temperature_rows(rows), inverse_rows(rows)
         assert got.dtype == torch.float32 and torch.equal(got.isnan(), ref.isnan())
         assert torch.equal(got.nan_to_num(), ref.nan_to_num())
+
+
+@pytest.mark.parametrize("op", ["logprob", "at_ids", "topk"])
+def test_a_sums_expanded_gradients_are_read_in_place(op):
+    """A loss's sum() hands the ops its gradient expanded (stride 0): the backward reads
+    it in place (no contiguous copy, a launch each), with the bits of the same gradients
+    given contiguous."""
+    from megatron_overlay.ops import linear_logprobs_at, linear_topk_logprobs
+    hidden, weight, labels = _inputs(300, 264, 5003, torch.bfloat16, seed=3)
+    ids = torch.randint(0, 5003, (300, 4), device="cuda")
+    fn = {"logprob": lambda h, w: linear_logprob_entropy(h, w, labels.clamp_min(0),
+                                                         temperature=0.7),
+          "at_ids": lambda h, w: linear_logprobs_at(h, w, ids, temperature=0.7,
+                                                    return_entropy=True),
+          "topk": lambda h, w: linear_topk_logprobs(h, w, 4, temperature=0.7)[1:2]}[op]
+
+    def grads(contiguous):
+        h, w = hidden.detach().requires_grad_(), weight.detach().requires_grad_()
+        outs = [o for o in fn(h, w) if o is not None]
+        given = [torch.full_like(o, 0.25) if contiguous else
+                 torch.full((), 0.25, device="cuda").expand_as(o) for o in outs]
+        assert all(g.stride() == ((1,) if g.dim() == 1 else (g.shape[1], 1)) if contiguous
+                   else all(s == 0 for s in g.stride()) for g in given)
+        return torch.autograd.grad(outs, (h, w), given)
+
+    for a, b in zip(grads(False), grads(True)):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))

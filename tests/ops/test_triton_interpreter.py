@@ -41,6 +41,9 @@ def _cases():
     cases += [f"flags-{dtype}-{path}" for dtype, path in
               (("float32", "tma"), ("bfloat16", "ptr"), ("float16", "ptr"))]
     cases += ["needs-one-chunk", "needs-chunks", "needs-sparse"]
+    # the rows' gradients at any stride (a loss's sum() hands them expanded, stride 0),
+    # read in place by the kernels: the bits of their contiguous copies
+    cases += [f"strided-{form}" for form in ("one-chunk", "chunks", "flags", "sparse")]
     # the recompute kernel's loop / epilogue forms (tests/support/backward_forms.py): the
     # default config's gradient bits (the 16-bit GPU default's form among them)
     cases += [f"forms-{dtype}-{path}" for dtype, path in
@@ -224,6 +227,43 @@ def _worker() -> int:
                     and torch.equal(only_h[0], full[0]) and torch.equal(only_w[1], full[1])
                     and triton_impl.backward(*args, need_d_hidden=False, need_d_weight=False,
                                              **kw) == (None, None)}
+            elif kind == "strided":  # strided row gradients: their copies' bits
+                hidden, weight, labels = inputs(33, 32, 130, torch.bfloat16, seed=4)
+                stats = torch_chunked.forward_stats(hidden, weight, labels, inv_t, True)
+                lse, mean_z = stats[:, 0] + stats[:, 1].log(), stats[:, 0] + stats[:, 2] / stats[:, 1]
+                g = torch.Generator().manual_seed(9)
+                # g_lp: one value expanded (a sum()'s gradient); g_ent: every other column
+                g_lp = torch.randn(1, generator=g).expand(33)
+                g_ent = torch.randn(33, 2, generator=g)[:, 1]
+                kw = dict(d_weight_dtype=torch.bfloat16, d_hidden_dtype=torch.bfloat16)
+                if case.endswith("-chunks"):  # several token blocks and vocab chunks
+                    kw.update(chunk_budget=33 * 40 * 2, block_tokens=16)
+                if case.endswith("-flags"):
+                    valid = labels >= 0
+                    bad = torch.zeros(33, dtype=torch.bool)
+                    bad[4] = True
+                    kw.update(valid=valid, bad=bad)
+                if case.endswith("-sparse"):
+                    labels = None
+                    ids = torch.randint(-1, 130, (33, 3), generator=g)
+                    kw.update(sparse_ids=ids,  # a top-k's sum(): one value expanded
+                              sparse_grads=torch.randn(1, 1, generator=g).expand(33, 3))
+                strided = (g_lp, g_ent, kw.get("sparse_grads"))
+                assert g_lp.stride(0) == 0 and g_ent.stride(0) == 2
+                got = triton_impl.backward(hidden, weight, labels, inv_t, lse, mean_z, g_lp,
+                                           g_ent, **kw)
+                if "sparse_grads" in kw:
+                    kw["sparse_grads"] = kw["sparse_grads"].contiguous()
+                copies = triton_impl.backward(hidden, weight, labels, inv_t, lse, mean_z,
+                                              g_lp.contiguous(), g_ent.contiguous(), **kw)
+                report[case] = {
+                    "stats_err": 0.0, "stats_finite": True, "dh_err": 0.0, "dw_err": 0.0,
+                    "dtype": "bfloat16",
+                    "strides": [list(t.stride()) for t in strided if t is not None],
+                    # (a bad row's NaN included: the bits, not the values)
+                    "same_bits": all(torch.equal(a.view(torch.int16), b.view(torch.int16))
+                                     for a, b in zip(got, copies)),
+                    "finite": bool(torch.isfinite(got[0][5:]).all())}
             elif kind == "forms":  # every loop / epilogue form: the default's bits
                 from tests.support.backward_forms import backward_forms
                 from megatron_overlay.ops.kernels import autotune_configs
@@ -432,6 +472,11 @@ def test_interpreter_case(report, case):
         assert res["stats_err"] == 0.0, res
     if case.startswith("needs-"):
         assert res["needs_ok"]
+    if case.startswith("strided-"):
+        assert res["same_bits"] and res["finite"], res
+        assert res["strides"][:2] == [[0], [2]], res
+        if case.endswith("-sparse"):
+            assert res["strides"][2] == [0, 0], res
     if case.startswith("flags-"):
         assert res["flags_same_bits"] and res["bad_rows_same"], res
     if case.startswith("forms-"):

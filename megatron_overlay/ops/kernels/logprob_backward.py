@@ -48,11 +48,13 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 @triton.jit
 def _row_terms(m0, N, V, labels_ptr, label_shift, lse_ptr, mean_z_ptr, g_lp_ptr, g_ent_ptr,
-               inv_t, inv_t_ptr, valid_ptr, bad_ptr, BLOCK_M: tl.constexpr,
+               stride_glp, stride_gent, inv_t, inv_t_ptr, valid_ptr, bad_ptr,
+               BLOCK_M: tl.constexpr,
                HAS_ENTROPY: tl.constexpr, ROW_INV_T: tl.constexpr, HAS_LABELS: tl.constexpr,
                HAS_FLAGS: tl.constexpr):
     """The per-row inputs of the token tile at m0: (inv_t: the scalar or a [BLOCK_M, 1]
     column, lse, g_lp, mean_z, g_ent, the label's column in this vocab chunk or -1).
+    g_lp / g_ent at their strides (0: a loss's sum() or mean() hands one value expanded).
     ``HAS_FLAGS``: the rows' valid / bad flags (int8) applied to the gradients as the stage
     contract says (0 where not valid, g_lp NaN where bad)."""
     rows = m0 + tl.arange(0, BLOCK_M)
@@ -60,11 +62,11 @@ def _row_terms(m0, N, V, labels_ptr, label_shift, lse_ptr, mean_z_ptr, g_lp_ptr,
     if ROW_INV_T:  # per-row temperatures: a [BLOCK_M, 1] column instead of the scalar
         inv_t = tl.load(inv_t_ptr + rows, mask=keep, other=1.0)[:, None]
     lse = tl.load(lse_ptr + rows, mask=keep, other=0.0)
-    g_lp = tl.load(g_lp_ptr + rows, mask=keep, other=0.0)
+    g_lp = tl.load(g_lp_ptr + rows * stride_glp, mask=keep, other=0.0)
     mean_z, g_ent = lse, lse  # placeholders without entropy
     if HAS_ENTROPY:
         mean_z = tl.load(mean_z_ptr + rows, mask=keep, other=0.0)
-        g_ent = tl.load(g_ent_ptr + rows, mask=keep, other=0.0)
+        g_ent = tl.load(g_ent_ptr + rows * stride_gent, mask=keep, other=0.0)
     if HAS_FLAGS:
         valid = tl.load(valid_ptr + rows, mask=keep, other=0) != 0
         g_lp = tl.where(valid, g_lp, 0.0)
@@ -107,7 +109,7 @@ def _store_grad(acc, g_dst, m0, col0, N, V, stride_g, inv_t, lse, g_lp, mean_z, 
 def grad_logits_kernel(
     h_src, h_lo_src, w_src, w_lo_src, g_dst, labels_ptr, lse_ptr, mean_z_ptr, g_lp_ptr,
     g_ent_ptr, scale_ptr, inv_t_ptr, valid_ptr, bad_ptr, N, V, H, stride_h, stride_w,
-    stride_g, inv_t, label_shift,
+    stride_g, stride_glp, stride_gent, inv_t, label_shift,
     group_m, num_progs,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_ENTROPY: tl.constexpr, HAS_SCALE: tl.constexpr, USE_TMA: tl.constexpr,
@@ -152,8 +154,8 @@ def grad_logits_kernel(
         v0 = pid_v * BLOCK_V
         inv_t_r, lse, g_lp, mean_z, g_ent, labels = _row_terms(
             m0, N, V, labels_ptr, label_shift, lse_ptr, mean_z_ptr, g_lp_ptr, g_ent_ptr,
-            inv_t, inv_t_ptr, valid_ptr, bad_ptr, BLOCK_M, HAS_ENTROPY, ROW_INV_T, HAS_LABELS,
-            HAS_FLAGS)
+            stride_glp, stride_gent, inv_t, inv_t_ptr, valid_ptr, bad_ptr, BLOCK_M,
+            HAS_ENTROPY, ROW_INV_T, HAS_LABELS, HAS_FLAGS)
         acc = round_logits(acc, LOGITS_DTYPE)
         if SUBTILE:
             acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_V // 2)),
@@ -270,9 +272,12 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     has_entropy = grad_entropy is not None and mean_z is not None
     flags = None if valid is None else (valid, bad)
     f32 = lambda t: t.to(torch.float32).contiguous()  # noqa: E731
-    lse, g_lp = f32(lse), f32(grad_logprob)
+    # the rows' gradients as they come if fp32, at any stride: a loss's sum() or mean()
+    # hands its one value expanded (stride 0), of which a contiguous copy was a launch
+    rows_f32 = lambda t: t if t.dtype == torch.float32 else t.float()  # noqa: E731
+    lse, g_lp = f32(lse), rows_f32(grad_logprob)
     mean_z = f32(mean_z) if has_entropy else lse
-    g_ent = f32(grad_entropy) if has_entropy else lse
+    g_ent = rows_f32(grad_entropy) if has_entropy else lse
 
     tma = default_tma(hidden, weight) if use_tma is None else use_tma
     cfg = config or autotune_configs.backward_config(mma, tma, interpreting(), lo)
@@ -332,7 +337,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     inv_t_rows, inv_t = inv_t_args(inv_temperature)
     sparse = None
     if sparse_ids is not None:  # d(logits) entries g * inv_t (* the fp16 buffer's scale)
-        sparse = (sparse_ids.contiguous(), sparse_grads.float().contiguous())
+        sparse = (sparse_ids.contiguous(), rows_f32(sparse_grads))
 
     # one token block / vocab chunk (small N): no slices, each view costs host time
     whole = lambda t, part: t if block_rows >= n_tokens else t[part]  # noqa: E731
@@ -377,7 +382,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                 tile_source(grad, [cfg.block_m, cfg.block_v // (1 + cfg.epilogue_subtile)],
                             chunk_tma),
                 *row_args, rows, width, hidden_size, h_hi.stride(0), w_hi.stride(0),
-                grad.stride(0), inv_t, v0, cfg.group_m, progs,
+                grad.stride(0), g_lp.stride(0), g_ent.stride(0), inv_t, v0, cfg.group_m, progs,
                 BLOCK_M=cfg.block_m, BLOCK_V=cfg.block_v, BLOCK_K=cfg.block_k,
                 HAS_ENTROPY=has_entropy, HAS_SCALE=unscale is not None, USE_TMA=chunk_tma,
                 FLATTEN=cfg.loop == 1, WARP_SPEC=cfg.warp_specialize,

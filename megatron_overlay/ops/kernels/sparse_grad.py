@@ -19,9 +19,9 @@ from .launch import launch, next_power_of_2
 
 
 @triton.jit
-def add_sparse_grad_kernel(g_ptr, stride_g, ids_ptr, vals_ptr, inv_t_ptr, scale_ptr, K, v0,
-                           width, inv_t, KP: tl.constexpr, ROW_INV_T: tl.constexpr,
-                           HAS_SCALE: tl.constexpr):
+def add_sparse_grad_kernel(g_ptr, stride_g, ids_ptr, vals_ptr, stride_vr, stride_vk,
+                           inv_t_ptr, scale_ptr, K, v0, width, inv_t, KP: tl.constexpr,
+                           ROW_INV_T: tl.constexpr, HAS_SCALE: tl.constexpr):
     row = tl.program_id(0)
     i = tl.arange(0, KP)
     valid = i < K
@@ -30,7 +30,8 @@ def add_sparse_grad_kernel(g_ptr, stride_g, ids_ptr, vals_ptr, inv_t_ptr, scale_
     if ROW_INV_T:
         inv_t = tl.load(inv_t_ptr + row)
     # each entry's d(logits) term, g * inv_t (* the fp16 buffer's scale), before the sums
-    vals = tl.load(vals_ptr + base + i, mask=valid, other=0.0) * inv_t
+    vals = tl.load(vals_ptr + row.to(tl.int64) * stride_vr + i * stride_vk, mask=valid,
+                   other=0.0) * inv_t
     if HAS_SCALE:
         vals = vals * tl.load(scale_ptr)
     cols = ids - v0
@@ -47,12 +48,14 @@ def add_sparse_grad_kernel(g_ptr, stride_g, ids_ptr, vals_ptr, inv_t_ptr, scale_
 def add_sparse_grad(grad: torch.Tensor, ids: torch.Tensor, vals: torch.Tensor, v0: int,
                     width: int, inv_t: float = 1.0, inv_t_rows: torch.Tensor | None = None,
                     scale: torch.Tensor | None = None) -> None:
-    """grad [rows, width] (columns v0 ...) += the rows' (ids [rows, K] int64 or int32, vals
-    [rows, K] fp32) entries that fall in it, each times the row's inverse temperature
+    """grad [rows, width] (columns v0 ...) += the rows' (ids [rows, K] int64 or int32,
+    contiguous; vals [rows, K] fp32 at any strides: a loss's sum() hands its one value
+    expanded) entries that fall in it, each times the row's inverse temperature
     (``inv_t_rows`` [rows] fp32, else ``inv_t``) and ``scale`` (a 1-element fp32 tensor:
     the fp16 buffer's, logprob_backward.py) when given."""
     k = ids.shape[1]
     launch(add_sparse_grad_kernel, (grad.shape[0],),
-        grad, grad.stride(0), ids, vals, vals if inv_t_rows is None else inv_t_rows,
+        grad, grad.stride(0), ids, vals, vals.stride(0), vals.stride(1),
+        vals if inv_t_rows is None else inv_t_rows,
         vals if scale is None else scale, k, v0, width, inv_t, KP=next_power_of_2(k),
         ROW_INV_T=inv_t_rows is not None, HAS_SCALE=scale is not None)
