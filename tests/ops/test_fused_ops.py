@@ -273,6 +273,31 @@ def test_the_switches_read_the_usual_spellings(monkeypatch, value, strict):
     assert batch_invariance.enabled() is (strict or value == "")  # unset / empty: on
 
 
+def test_the_settings_follow_the_environment_however_it_changes(monkeypatch):
+    """env_flags reads os.environ's own mapping and keeps parsed values: each read still
+    sees the environment as it is now (set, changed, deleted, set again to a value seen
+    before, set to a bad value after a good one)."""
+    import os
+    from megatron_overlay.ops.env_flags import env_flag, env_value
+    name = "MEGATRON_OVERLAY_TEST_SETTING"
+    monkeypatch.delenv(name, raising=False)
+    assert env_value(name) == "" and env_flag(name, True, "t") is True
+    os.environ[name] = " Off "
+    assert env_value(name) == " Off " and env_flag(name, True, "t") is False
+    os.environ.update({name: "yes"})
+    assert env_flag(name, False, "t") is True
+    del os.environ[name]
+    assert env_value(name) == "" and env_flag(name, False, "t") is False
+    monkeypatch.setenv(name, " Off ")  # a value parsed before
+    assert env_flag(name, True, "t") is False
+    monkeypatch.setenv(name, "offf")
+    for _ in range(2):  # refused every time, never cached
+        with pytest.raises(ValueError, match=f"{name}='offf': set it to 1 or 0"):
+            env_flag(name, True, "t")
+    monkeypatch.setenv(name, "caf\u00e9")  # a non-ASCII value, decoded as os.environ does
+    assert env_value(name) == os.environ[name]
+
+
 @pytest.mark.parametrize("mutate, error, text", [
     (lambda h, w, y: (h[:, :-1], w, y), ValueError, "hidden size mismatch"),
     (lambda h, w, y: (h[0], w, y), ValueError, "hidden must be a 2-D"),

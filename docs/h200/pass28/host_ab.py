@@ -31,9 +31,6 @@ import timeit
 
 import torch
 
-import megatron_overlay_base.ops as base_ops
-import megatron_overlay_base.ops.kernels.triton_impl  # noqa: F401  (wrapped below)
-import megatron_overlay_base.ops.kernels.triton_topk  # noqa: F401
 from megatron_overlay import ops as new_ops
 from megatron_overlay.ops.kernels import triton_impl, triton_topk  # noqa: F401
 from megatron_overlay.ops.env_flags import env_value
@@ -84,6 +81,9 @@ def same_bits(a, b):
         ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
         return torch.equal(a.view(ints), b.view(ints))
     return torch.equal(a, b)
+
+
+base_ops = None  # megatron_overlay_base.ops, imported by main()
 
 
 def bits():
@@ -189,6 +189,10 @@ def primitives():
 
 
 def main():
+    global base_ops
+    import megatron_overlay_base.ops as base_ops  # (fb_profile.py imports op_calls alone)
+    import megatron_overlay_base.ops.kernels.triton_impl  # noqa: F401  (wrapped below)
+    import megatron_overlay_base.ops.kernels.triton_topk  # noqa: F401
     out_path = sys.argv[1]
     wrap_launches()
     result = {"bits": bits(), "primitives": primitives(), "time": []}

@@ -263,11 +263,6 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     if not hidden.is_cuda or mma == torch.float16:
         # CPU (interpreter) path; fp16's scaled buffer (below) is unscaled in fp32
         dw_dtype = dh_dtype = torch.float32
-    # Both are written whole: d_hidden block by block, d_weight by the first token block.
-    d_hidden = torch.empty(n_tokens, hidden_size, dtype=dh_dtype, device=dev) \
-        if need_d_hidden else None
-    d_weight = torch.empty(vocab, hidden_size, dtype=dw_dtype, device=dev) \
-        if need_d_weight else None
     hidden, weight = rowmajor(hidden), rowmajor(weight)
     has_entropy = grad_entropy is not None and mean_z is not None
     flags = None if valid is None else (valid, bad)
@@ -325,6 +320,18 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
     # shared memory take one), so every form of a config gets the same chunks
     width_max = _vocab_chunk(vocab, column_bytes, cfg.block_v, chunk_budget_for(dh_direct),
                              cdiv(block_rows, cfg.block_m), 0 if dh_direct else sm_count(dev))
+    # Both are written whole: d_hidden block by block, d_weight by the first token block;
+    # where one product writes a whole gradient in its 16-bit dtype (one token block, and
+    # one vocab chunk for d_weight), cuBLAS allocates it (torch.mm without out=: the same
+    # product, an allocation and out='s checks less a call)
+    one_block = block_rows >= n_tokens
+    dh_made = dh_direct and one_block
+    dw_made = need_d_weight and one_block and width_max >= vocab and dw_dtype == mma \
+        and mma != torch.float32 and not split_h
+    d_hidden = torch.empty(n_tokens, hidden_size, dtype=dh_dtype, device=dev) \
+        if need_d_hidden and not dh_made else None
+    d_weight = torch.empty(vocab, hidden_size, dtype=dw_dtype, device=dev) \
+        if need_d_weight and not dw_made else None
     row_pitch = cdiv(width_max, 16 // elem) * (16 // elem)  # 16-byte aligned rows
     grad_buf = torch.empty(block_rows, row_pitch, dtype=mma, device=dev)
     dh_acc = torch.empty(block_rows, hidden_size, dtype=torch.float32, device=dev) \
@@ -340,7 +347,7 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
         sparse = (sparse_ids.contiguous(), rows_f32(sparse_grads))
 
     # one token block / vocab chunk (small N): no slices, each view costs host time
-    whole = lambda t, part: t if block_rows >= n_tokens else t[part]  # noqa: E731
+    whole = lambda t, part: t if one_block else t[part]  # noqa: E731
     for r0 in range(0, n_tokens, block_rows):
         rows = min(block_rows, n_tokens - r0)
         blk = slice(r0, r0 + rows)
@@ -397,11 +404,16 @@ def backward(hidden: torch.Tensor, weight: torch.Tensor, local_labels: torch.Ten
                                 scale if unscale is not None else None)
             # an fp32 operand enters only the GEMM of the other (16-bit) operand's gradient:
             # as hi alone, or lo then hi (autotune_configs.MIXED_GRAD16_WITH_LO)
-            if dh_direct:  # one chunk, one part: cuBLAS writes the 16-bit block itself
+            if dh_made:  # one block, one chunk, one part: the product is d_hidden
+                d_hidden = torch.mm(grad, w_chunk)
+            elif dh_direct:  # one chunk, one part: cuBLAS writes the 16-bit block itself
                 torch.mm(grad, w_chunk, out=dh)
             elif dh is not None:
                 for i, part in enumerate(_parts(w_hi, w_lo) if split_w else (w_chunk,)):
                     matmul_fp32(grad, part, dh, accumulate=v0 > 0 or i > 0)
+            if dw_made:  # one block, one chunk: the product is d_weight
+                d_weight = torch.mm(grad.T, h_blk)
+                continue
             if d_weight is None:
                 continue
             dw = d_weight if width == vocab else d_weight[v0:v0 + width]
