@@ -34,13 +34,18 @@ def backward_at_ids(impl, hidden, weight, local_ids, inv_t, lse, mean_z, grad_at
 
     Shared by the ops that return log-probs at chosen ids (here and linear_topk.py).
     The log-prob stage's backward runs with no label, g = sum of the row's grads for the
-    dense term, and the ids with their grads as its sparse indicator terms.
+    dense term, and the ids with their grads as its sparse indicator terms. Both
+    gradients come out in their operands' dtypes, as linear_logprob_entropy's (one
+    rounding of the fp32 accumulation, inside the stage: no fp32 d_hidden and no cast);
+    under TP d_hidden stays fp32 for the all-reduce.
     """
     grad_at_ids = grad_at_ids.float()
     d_hidden, d_weight = impl.backward(hidden, weight, None, inv_t, lse,
                                        mean_z if grad_entropy is not None else None,
                                        grad_at_ids.sum(dim=1), grad_entropy,
-                                       d_weight_dtype=weight.dtype, sparse_ids=local_ids,
+                                       d_weight_dtype=weight.dtype,
+                                       d_hidden_dtype=None if tp_group is not None
+                                       else hidden.dtype, sparse_ids=local_ids,
                                        sparse_grads=grad_at_ids, logits_dtype=logits_dtype,
                                        need_d_hidden=needs_input_grad[0],
                                        need_d_weight=needs_input_grad[1])
