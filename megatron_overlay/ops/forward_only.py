@@ -29,8 +29,8 @@ class ForwardOnlyContext:
 
 
 # torch.cuda.current_device() without its Python wrapper's lazy-init check (CUDA is
-# initialized wherever a CUDA tensor exists): ~1 us of a call's host time before its first
-# launch on an H100 host; the public function where torch lacks the binding.
+# initialized wherever a CUDA tensor exists): 0.17 against 0.44 us on an H100 host
+# (docs/BENCHMARKS.md, pass 28, r2); the public function where torch lacks the binding.
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 

@@ -103,6 +103,8 @@ class LogprobStages(Protocol):
         sum grad_logprob * log p[label] + sum grad_entropy * H (lse, mean_z = E_p[z]
         [N]: from the merged statistics; mean_z and grad_entropy None without entropy),
         each accumulated in fp32 and rounded once to its dtype argument, default fp32.
+        grad_logprob, grad_entropy and sparse_grads at any strides (a loss's ``sum()``
+        hands them expanded, stride 0; the Triton stage reads them so, without a copy).
         ``sparse_ids`` [N, K] (local ids, or -1) with ``sparse_grads`` [N, K] fp32 add
         sum_i sparse_grads[n, i] 1[j = sparse_ids[n, i]] to d(loss)/dz, the indicator
         terms of log-probs at several ids per token (repeats add up); used by
