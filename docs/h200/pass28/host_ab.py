@@ -103,8 +103,11 @@ _first = [None]
 
 
 def wrap_launches():
-    """Every kernels module's ``launch`` of both packages, noting the first of a call."""
+    """Every kernels module's ``launch`` of both packages (of those imported), noting the
+    first of a call in ``_first``."""
     for prefix in ("megatron_overlay.ops.kernels.", "megatron_overlay_base.ops.kernels."):
+        if prefix + "launch" not in sys.modules:
+            continue
         real = sys.modules[prefix + "launch"].launch
 
         def first_launch(*a, real=real, **k):

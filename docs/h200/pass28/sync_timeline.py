@@ -23,7 +23,8 @@ and of at ids (loss: the sum of the outputs):
     PYTHONPATH=. python docs/h200/pass28/sync_timeline.py OUT.json     (one GPU)
 
 ($TL_N: token counts, default 256; $TL_CALLS, default 30; $TL_PROF_CALLS, default 12;
-$TL_OPS: a comma list of the op names below, default all.)
+$TL_OPS: a comma list of the op names below, default all. r1 and r3 ran the copy of the
+ops' calls this script had then, cef06e5's; host_ab.py's are the same calls.)
 """
 import json
 import os
@@ -35,11 +36,11 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from megatron_overlay import ops
-from megatron_overlay.ops import kernels as kernels_pkg  # noqa: F401
-from megatron_overlay.ops.kernels import launch as launch_mod
-from megatron_overlay.ops.kernels import triton_impl, triton_topk  # noqa: F401  (wrapped below)
-from tools.bench.inputs import distill_inputs
+sys.path.insert(0, os.path.dirname(__file__))
+import host_ab  # noqa: E402  (the ops' calls, the first launch's timer)
+
+from megatron_overlay import ops  # noqa: E402
+from tools.bench.inputs import distill_inputs  # noqa: E402
 
 H, V, T = 4096, 151936, 0.7
 TOKENS = [int(n) for n in os.environ.get("TL_N", "256").split(",")]
@@ -48,55 +49,15 @@ PROF_CALLS = int(os.environ.get("TL_PROF_CALLS", 12))
 GPU_CATS = ("kernel", "gpu_memset", "gpu_memcpy")
 
 
+# the ops of r1 (r3: $TL_OPS), host_ab.op_calls' fwd / fwd+bwd calls and the GEMM
+DEFAULT_OPS = "gemm,logprob,topk1,topk8,topk32,at8,logprob_fb,at8_fb"
+
+
 def op_calls(h, w, ids):
-    """name -> a zero-argument call (forward ones under no_grad)."""
-    labels = ids[:, 0].contiguous()
-    ids8 = ids[:, :8].contiguous()
-
-    def fwd(fn):
-        def run():
-            with torch.no_grad():
-                return fn(h, w)
-        return run
-
-    def fb(fn):
-        def run():
-            hh, ww = h.detach().requires_grad_(True), w.detach().requires_grad_(True)
-            outs = fn(hh, ww)
-            sum(o.sum() for o in outs if o is not None and o.is_floating_point()).backward()
-            return hh.grad, ww.grad
-        return run
-
-    logprob = lambda hh, ww: ops.linear_logprob_entropy(hh, ww, labels, temperature=T)  # noqa
-    at8 = lambda hh, ww: ops.linear_logprobs_at(hh, ww, ids8, temperature=T)  # noqa: E731
-    calls = {
-        "gemm": fwd(lambda hh, ww: hh @ ww.T),
-        "logprob": fwd(logprob),
-        "topk1": fwd(lambda hh, ww: ops.linear_topk_logprobs(hh, ww, 1, temperature=T)),
-        "topk8": fwd(lambda hh, ww: ops.linear_topk_logprobs(hh, ww, 8, temperature=T)),
-        "topk32": fwd(lambda hh, ww: ops.linear_topk_logprobs(hh, ww, 32, temperature=T)),
-        "at8": fwd(at8),
-        "logprob_fb": fb(logprob),
-        "at8_fb": fb(at8),
-    }
-    wanted = os.environ.get("TL_OPS")
-    return {k: v for k, v in calls.items() if not wanted or k in wanted.split(",")}
-
-
-_first = [None]
-
-
-def wrap_launches():
-    real = launch_mod.launch
-
-    def first_launch(*a, **k):
-        if _first[0] is None:
-            _first[0] = time.perf_counter()
-        real(*a, **k)
-    for name, m in list(sys.modules.items()):
-        if name.startswith("megatron_overlay.ops.kernels.") and hasattr(m, "launch") \
-                and m is not launch_mod:
-            m.launch = first_launch
+    """name -> a zero-argument call: the GEMM and host_ab.op_calls' (forward ones under
+    no_grad), those of $TL_OPS."""
+    calls = {"gemm": lambda: h @ w.T, **host_ab.op_calls(ops, h, w, ids)}
+    return {name: calls[name] for name in os.environ.get("TL_OPS", DEFAULT_OPS).split(",")}
 
 
 def plain(fn):
@@ -104,14 +65,14 @@ def plain(fn):
     first, ret, whole = [], [], []
     for _ in range(CALLS):
         torch.cuda.synchronize()
-        _first[0] = None
+        host_ab._first[0] = None
         t0 = time.perf_counter()
         fn()
         t1 = time.perf_counter()
         torch.cuda.synchronize()
         t2 = time.perf_counter()
-        if _first[0] is not None:
-            first.append((_first[0] - t0) * 1e6)
+        if host_ab._first[0] is not None:
+            first.append((host_ab._first[0] - t0) * 1e6)
         ret.append((t1 - t0) * 1e6)
         whole.append((t2 - t0) * 1e6)
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
@@ -181,7 +142,7 @@ def summarize(events):
 
 def main():
     out_path = sys.argv[1]
-    wrap_launches()
+    host_ab.wrap_launches()
     rows = []
     for n in TOKENS:
         h, w, ids = distill_inputs(n, H, V, 32, 0)
