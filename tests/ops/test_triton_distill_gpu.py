@@ -158,13 +158,19 @@ def test_ops_match_torch_impl(monkeypatch):
     (1500, 594, None),  # one block
     # a lone block whose other pairs are past the tiles (known maxima, unfilled): up to
     # SORT_FEW (128) of them placed without the block's sort, one more sorted
-    (2048, 594, 15), (2048, 594, 128), (2048, 594, 129), (777, 594, 1), (64, 5, 0)])
-def test_tile_sort_matches_torch_sort(pairs, num_t, with_tile):
+    (2048, 594, 15), (2048, 594, 128), (2048, 594, 129), (777, 594, 1), (64, 5, 0),
+    # lone blocks past SORT_BLOCK (SORT_LONE_BLOCK_MAX): 8192 pairs (256 tokens, k = 32)
+    (8192, 594, 4), (8192, 594, 129), (5000, 594, None)])
+def test_tile_sort_matches_torch_sort(pairs, num_t, with_tile, monkeypatch):
     """The rescan's counting sort (kernels/tile_sort.py): torch.sort's stable order, and
     its segments' table."""
+    from megatron_overlay.ops.kernels import tile_sort
     from megatron_overlay.ops.kernels.tile_sort import sort_tiles
     from megatron_overlay.ops.topk_merge import PAD_ID
     from tests.support.tile_runs import runs_reference
+
+    if pairs in (8192, 5000):
+        monkeypatch.setattr(tile_sort, "SORT_LONE_BLOCK_MAX", 8192)
 
     g = torch.Generator(device="cuda").manual_seed(pairs)
     tiles = torch.randint(0, num_t, (pairs,), device="cuda", generator=g)
@@ -247,14 +253,19 @@ def test_best_tiles_selection_matches_extraction(n, num_t, k, ties, monkeypatch)
         assert torch.equal(got_i, ref_i)
 
 
-@pytest.mark.parametrize("n, k", [(8192, 32), (8192 + 5, 8), (1000, 64), (64, 256), (100, 1)])
-def test_merge_runs_matches_merge_topk(n, k):
-    """The rescan's candidates merged as k ordered runs (merge_runs.py) give merge_topk's
-    bits; a NaN row: NaN values and distinct real ids of its candidates."""
+@pytest.mark.parametrize("extract", [False, True], ids=["runs", "extract"])
+@pytest.mark.parametrize("n, k", [(8192, 32), (8192 + 5, 8), (1000, 64), (64, 256), (100, 1),
+                                  (256, 8), (256, 32)])
+def test_merge_runs_matches_merge_topk(n, k, extract, monkeypatch):
+    """The rescan's candidates merged as k ordered runs (merge_runs.py), or by extractions
+    over all of a row's candidates (its small calls' form), give merge_topk's bits; a NaN
+    row: NaN values and distinct real ids of its candidates."""
+    from megatron_overlay.ops.kernels import merge_runs as merge_runs_module
     from megatron_overlay.ops.kernels.merge_runs import merge_runs
     from megatron_overlay.ops.kernels.merge_topk import merge_topk
     from tests.support.candidate_runs import candidate_runs
 
+    monkeypatch.setattr(merge_runs_module, "MERGE_EXTRACT_MAX_ROWS", 10 ** 9 if extract else 0)
     vocab = 151936
     cand_v, cand_i, nan_rows = candidate_runs(n, k, vocab,
                                               torch.Generator(device="cuda").manual_seed(k))

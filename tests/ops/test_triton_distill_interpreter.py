@@ -500,17 +500,30 @@ def _worker() -> int:
                 report[case] = {"stats_err": 0.0, "dtype": "float32",
                                 "values_err": 0.0 if same_v else 1.0, "ids_equal": same_i}
             elif kind == "mergeruns":  # the rescan's k ordered runs a row: merge_topk's bits
+                from megatron_overlay.ops.kernels import merge_runs as merge_runs_module
                 from megatron_overlay.ops.kernels.merge_runs import merge_runs
                 from megatron_overlay.ops.kernels.merge_topk import merge_topk
                 from megatron_overlay.ops.topk_merge import PAD_ID
                 from tests.support.candidate_runs import candidate_runs
                 g = torch.Generator().manual_seed(17)
                 same_v = same_i = True
-                for n, k, vocab in ((40, 6, 300), (9, 1, 20), (13, 2, 50), (33, 8, 500),
-                                    (5, 20, 400)):
+                default_extract = merge_runs_module.MERGE_EXTRACT_MAX_ROWS
+                # both forms: the runs' heads merged, and every candidate's extractions
+                # (small calls; 2 rows a program, so that a call takes several)
+                for (n, k, vocab), extract in itertools.product(
+                        ((40, 6, 300), (9, 1, 20), (13, 2, 50), (33, 8, 500), (5, 20, 400)),
+                        (0, 10 ** 9)):
                     cand_v, cand_i, nan_rows = candidate_runs(n, k, vocab, g)
                     out = (torch.empty(n, k), torch.empty(n, k, dtype=torch.int64))
-                    merge_runs(cand_v, cand_i, vocab, k, out)
+                    merge_runs_module.MERGE_EXTRACT_MAX_ROWS = extract
+                    default_elements = merge_runs_module.MERGE_EXTRACT_ELEMENTS
+                    merge_runs_module.MERGE_EXTRACT_ELEMENTS = 2 << (
+                        k * (k + 1) // 2 - 1).bit_length()
+                    try:
+                        merge_runs(cand_v, cand_i, vocab, k, out)
+                    finally:
+                        merge_runs_module.MERGE_EXTRACT_MAX_ROWS = default_extract
+                        merge_runs_module.MERGE_EXTRACT_ELEMENTS = default_elements
                     ref_v, ref_i = merge_topk(cand_v[None], cand_i[None], vocab, k)
                     ok = ~nan_rows
                     same_v &= torch.equal(out[0][ok], ref_v[ok])

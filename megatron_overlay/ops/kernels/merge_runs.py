@@ -25,12 +25,19 @@ import triton.language as tl
 from ..topk_merge import PAD_ID
 from .finalize_stats import FINALIZE_BLOCK, Finalizing, finalize_outputs, finalize_rows
 from .launch import cdiv, launch, next_power_of_2
-from .merge_topk import NONE_KEY, _decode, _key
+from .merge_topk import NONE_KEY, _decode, _key, _launch_merge
 
 # Heads a program holds (int64 keys, 8 a thread at 4 warps): rows a program = this // the
 # runs a row (a power of 2 >= k), so 32 rows at k = 32 and 256 programs at 8192 tokens;
 # each step of a row waits on one load, which the other programs' steps hide.
 MERGE_RUNS_KEYS = 1024
+# Calls of up to MERGE_EXTRACT_MAX_ROWS rows are merged by k extractions over each row's
+# k (k + 1) / 2 candidates at once instead (merge_topk.py's kernel, MERGE_EXTRACT_ELEMENTS
+# candidates a program; the same keys, so the same bits): no step waits on a load, where
+# each of the k steps above waits on one (in small calls, few programs, nothing hides it).
+# 0: never.
+MERGE_EXTRACT_MAX_ROWS = 0
+MERGE_EXTRACT_ELEMENTS = 4096
 
 
 @triton.jit
@@ -93,6 +100,11 @@ def merge_runs(cand_v: torch.Tensor, cand_i: torch.Tensor, vocab: int, k: int,
     ``fin``: the rows' finalize in the same launch, its outputs returned (else None) and
     the values written as log-probs."""
     n_rows = cand_v.shape[0]
+    if n_rows <= MERGE_EXTRACT_MAX_ROWS:
+        width = k * (k + 1) // 2
+        merged = _launch_merge(cand_v, cand_i, n_rows, vocab, width, 1, k, (0, width, 1), out,
+                               MERGE_EXTRACT_ELEMENTS, fin=fin)
+        return None if fin is None else merged[2]
     runs = next_power_of_2(k)
     block_r = max(1, MERGE_RUNS_KEYS // runs)
     if fin is not None:  # finalize's rows a program at most (its registers)

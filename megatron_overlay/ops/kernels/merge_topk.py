@@ -44,6 +44,10 @@ SELECT_MIN_K = 24
 SELECT_ROWS = 2
 SELECT_ELEMENTS = 2048
 SELECT_WARPS = 2  # at least; 32 keys a thread up to 8
+# best_tiles by extractions (k < SELECT_MIN_K): rows a program (None: up to 8, a tile's 8
+# maxima one 32-byte sector) and warps (None: 4 up to 1024 tiles a row, else 8)
+BEST_TILES_ROWS = None
+BEST_TILES_WARPS = None
 # The key below every candidate's (-2^63: a real key's high half is a float's, whose
 # -inf / NaN are above INT32_MIN): places past a row's candidates, and taken keys.
 NONE_KEY = tl.constexpr(-9223372036854775807 - 1)
@@ -232,7 +236,7 @@ def select_tiles_kernel(tile_max_ptr, packed_ptr, second_ptr, out_v_ptr, out_i_p
 
 
 def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides, out,
-                  elements, codes=0, block_v=0, second=None, fin=None):
+                  elements, codes=0, block_v=0, second=None, fin=None, warps=None):
     """``codes`` (1, 2): ``part_i`` is best_tiles' packed second (third) maxima, with
     ``second`` its exact second maxima for 2, the ids written are codes (CODES); else its
     ids, or None: the ids are the slots. ``fin`` (not with codes): the rows' finalize in
@@ -251,7 +255,7 @@ def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides
         width_split, k, splits, *strides, block_v, *fin_args, BLOCK_R=block_r, WIDTH=width,
         PAD=PAD_ID, SLOT_IDS=bool(codes) or part_i is None, CODES=codes,
         KP=next_power_of_2(k) if codes else 1, **fin_flags,
-        num_warps=4 if width <= 1024 else 8)
+        num_warps=warps or (4 if width <= 1024 else 8))
     return (values, ids) if fin is None else (values, ids, finalized)
 
 
@@ -300,6 +304,8 @@ def best_tiles(tile_max: torch.Tensor, k: int, tile_second: torch.Tensor | None 
                CODES=codes, num_warps=warps)
         return values, ids
     # up to 8 rows a program: a tile's 8 maxima are one 32-byte sector
+    elements = max(MERGE_TOPK_ELEMENTS, min(8 * next_power_of_2(num_t), 8192)) \
+        if BEST_TILES_ROWS is None else BEST_TILES_ROWS * next_power_of_2(num_t)
     return _launch_merge(tile_max, tile_second, n_rows, num_t, num_t, 1, k, (0, 1, n_rows),
-                         None, max(MERGE_TOPK_ELEMENTS, min(8 * next_power_of_2(num_t), 8192)),
-                         codes=codes, block_v=block_v, second=second_exact)
+                         None, elements, codes=codes, block_v=block_v, second=second_exact,
+                         warps=BEST_TILES_WARPS)
