@@ -38,6 +38,8 @@ FACTORS = {
         "mxall": {(merge_runs, "MERGE_EXTRACT_MAX_ROWS"): ALL},
         "mx4k_e2k": {(merge_runs, "MERGE_EXTRACT_MAX_ROWS"): 4096,
                      (merge_runs, "MERGE_EXTRACT_ELEMENTS"): 2048},
+        "mx4k_e1k": {(merge_runs, "MERGE_EXTRACT_MAX_ROWS"): 4096,
+                     (merge_runs, "MERGE_EXTRACT_ELEMENTS"): 1024},
         "mx4k_e8k": {(merge_runs, "MERGE_EXTRACT_MAX_ROWS"): 4096,
                      (merge_runs, "MERGE_EXTRACT_ELEMENTS"): 8192},
     },
