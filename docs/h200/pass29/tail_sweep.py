@@ -28,7 +28,7 @@ from megatron_overlay.ops.kernels import merge_runs, merge_topk, tile_sort, topk
 from tools.bench.inputs import distill_inputs
 
 H, V = 4096, 151936
-CALLS, BURST = 5, 8
+CALLS, BURST = 3, 8
 ROUNDS = int(os.environ.get("SWEEP_ROUNDS", 5))
 ALL = 1 << 30
 # factor -> {variant: {(module, setting): value}}
@@ -60,11 +60,9 @@ FACTORS = {
         "lone4k": {(tile_sort, "SORT_LONE_BLOCK_MAX"): 4096},
         "lone8k": {(tile_sort, "SORT_LONE_BLOCK_MAX"): 8192},
         "sw4": {(tile_sort, "SORT_WARPS"): 4},
-        "sw16": {(tile_sort, "SORT_WARPS"): 16},
     },
     "rescan": {
         "st5": {(topk_rescan, "RESCAN_STAGES_SPARSE"): 5},
-        "st3": {(topk_rescan, "RESCAN_STAGES_SPARSE"): 3},
     },
 }
 SETTINGS = {key for variants in FACTORS.values() for v in variants.values() for key in v}
@@ -127,7 +125,7 @@ def tail_us(kernels):
 
 def part1():
     rows = []
-    for n in (256, 1024, 4096, 8192):
+    for n in (256, 1024, 8192):
         _, calls = ops_for(n)
         with torch.no_grad():
             for op, (k, fn) in calls.items():
