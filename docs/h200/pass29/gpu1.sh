@@ -6,7 +6,7 @@
 #   [LIMIT=560] bash docs/h200/pass29/gpu1.sh OUT      (from the repo root)
 set -u
 LIMIT=${LIMIT:-560}
-. docs/h200/prologue.sh "$1" r1 docs/h200/pass29
+. docs/h200/prologue.sh "$1" r1 docs/h200/pass25 docs/h200/pass29
 PYTHONPATH=$PWD timeout $(left 170) python3 docs/h200/pass29/tail_sweep.py "$R/tail_sweep.json" \
   > "$R/tail_sweep.log" 2>&1
 echo "sweep rc=$? at ${SECONDS}s"; grep -v "^N=" "$R/tail_sweep.log" | tail -20

@@ -3,23 +3,21 @@ best setting of each factor together against the defaults, in one process.
 
 Part 1: for each cell (N, op) and each variant (module settings of the tail's kernels,
 below), the outputs' digest (the same bits as the defaults', or not) and CUDA time by
-kernel (torch.profiler, CALLS calls); a factor's variants run only in the cells where
+kernel (torch.profiler, 3 calls; pass 25's tail_ab.py's helpers); a factor's variants run only in the cells where
 they change a launch. Part 2: per factor, the variant with the lowest mean of (its tail
 / the defaults' tail) over the cells it ran in, the same digests required, else the
 defaults; "best" = every factor's pick; defaults and best alternated in ROUNDS rounds,
 single synchronized calls and bursts, x the bare GEMM of the round (8 calls each),
-medians.
+medians (tail_ab's timer).
 
     PYTHONPATH=. python docs/h200/pass29/tail_sweep.py OUT.json      (one GPU)
 
 H = 4096, V = 151936, bf16, T = 0.7 (tools/bench/inputs.distill_inputs).
 """
-import hashlib
 import json
 import os
 import statistics
 import sys
-import time
 
 import torch
 
@@ -27,8 +25,10 @@ from megatron_overlay import ops
 from megatron_overlay.ops.kernels import merge_runs, merge_topk, tile_sort, topk_rescan
 from tools.bench.inputs import distill_inputs
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pass25"))
+import tail_ab  # noqa: E402  (its digest, CUDA time by kernel (3 calls) and timer)
+
 H, V = 4096, 151936
-CALLS, BURST = 3, 8
 ROUNDS = int(os.environ.get("SWEEP_ROUNDS", 5))
 ALL = 1 << 30
 # factor -> {variant: {(module, setting): value}}
@@ -97,26 +97,9 @@ def ops_for(n):
     return (h, w), calls
 
 
-def digest(out):
-    sha = hashlib.sha1()
-    for t in out:
-        if isinstance(t, torch.Tensor):
-            sha.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return sha.hexdigest()[:12]
-
-
 def by_kernel(fn):
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(CALLS):
-            fn()
-        torch.cuda.synchronize()
-    rows = {}
-    for e in prof.key_averages():
-        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
-        if t > 0 and e.device_type == torch.autograd.DeviceType.CUDA:
-            rows[e.key[:28]] = round(t / CALLS, 2)  # us a call
-    return rows
+    """CUDA time by kernel, us a call (tail_ab's: 3 calls)."""
+    return {name: round(ms * 1e3, 2) for name, ms in tail_ab.by_kernel(fn).items()}
 
 
 def tail_us(kernels):
@@ -131,7 +114,7 @@ def part1():
             for op, (k, fn) in calls.items():
                 use({})
                 fn()
-                base = {"N": n, "op": op, "variant": "defaults", "digest": digest(fn()),
+                base = {"N": n, "op": op, "variant": "defaults", "digest": tail_ab.digest(fn()),
                         "kernels_us": by_kernel(fn)}
                 rows.append(base)
                 print(f"N={n} {op} defaults {base['digest']} tail "
@@ -146,7 +129,7 @@ def part1():
                         try:
                             fn()
                             row = {"N": n, "op": op, "factor": factor, "variant": name,
-                                   "digest": digest(fn()), "kernels_us": by_kernel(fn)}
+                                   "digest": tail_ab.digest(fn()), "kernels_us": by_kernel(fn)}
                         except Exception as e:  # noqa: BLE001 (a setting that fails: recorded)
                             row = {"N": n, "op": op, "factor": factor, "variant": name,
                                    "error": repr(e)[:300]}
@@ -186,23 +169,6 @@ def picks(rows):
     return chosen, report
 
 
-def timed(fn, sync):
-    torch.cuda.synchronize()
-    if sync:
-        t0 = time.perf_counter()
-        for _ in range(BURST):
-            fn()
-            torch.cuda.synchronize()
-        return (time.perf_counter() - t0) * 1e3 / BURST
-    start, end = torch.cuda.Event(True), torch.cuda.Event(True)
-    start.record()
-    for _ in range(BURST):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / BURST
-
-
 def part2(best):
     rows = []
     variants = {"defaults": {}, "best": best}
@@ -217,12 +183,12 @@ def part2(best):
                     use(settings)
                     fn()
             for _ in range(ROUNDS):
-                floor = {s: timed(gemm, s) for s in (False, True)}
+                floor = {s: tail_ab.timed(gemm, s) for s in (False, True)}
                 for op, (_, fn) in calls.items():
                     for vname, settings in variants.items():
                         use(settings)
                         for s in (False, True):
-                            per.setdefault((op, vname, s), []).append(timed(fn, s) / floor[s])
+                            per.setdefault((op, vname, s), []).append(tail_ab.timed(fn, s) / floor[s])
         use({})
         for op in calls:
             row = {"N": n, "op": op}
