@@ -12,7 +12,8 @@ medians (tail_ab's timer).
 
     PYTHONPATH=. python docs/h200/pass29/tail_sweep.py OUT.json      (one GPU)
 
-H = 4096, V = 151936, bf16, T = 0.7 (tools/bench/inputs.distill_inputs).
+H = 4096, V = 151936, bf16, T = 0.7 (tools/bench/inputs.distill_inputs); $SWEEP_N: the
+token counts (default 256,1024,8192), $SWEEP_ROUNDS part 2's rounds (default 5, 0: none).
 """
 import json
 import os
@@ -30,6 +31,7 @@ import tail_ab  # noqa: E402  (its digest, CUDA time by kernel (3 calls) and tim
 
 H, V = 4096, 151936
 ROUNDS = int(os.environ.get("SWEEP_ROUNDS", 5))
+TOKENS = [int(n) for n in os.environ.get("SWEEP_N", "256,1024,8192").split(",")]
 ALL = 1 << 30
 # factor -> {variant: {(module, setting): value}}
 FACTORS = {
@@ -108,7 +110,7 @@ def tail_us(kernels):
 
 def part1():
     rows = []
-    for n in (256, 1024, 8192):
+    for n in TOKENS:
         _, calls = ops_for(n)
         with torch.no_grad():
             for op, (k, fn) in calls.items():
@@ -172,7 +174,7 @@ def picks(rows):
 def part2(best):
     rows = []
     variants = {"defaults": {}, "best": best}
-    for n in (256, 1024):
+    for n in [n for n in TOKENS if n <= 1024]:
         (h, w), calls = ops_for(n)
         gemm = lambda: torch.matmul(h, w.T)  # noqa: E731
         gemm()
