@@ -31,13 +31,18 @@ from .merge_topk import NONE_KEY, _decode, _key, _launch_merge
 # runs a row (a power of 2 >= k), so 32 rows at k = 32 and 256 programs at 8192 tokens;
 # each step of a row waits on one load, which the other programs' steps hide.
 MERGE_RUNS_KEYS = 1024
-# Calls of up to MERGE_EXTRACT_MAX_ROWS rows are merged by k extractions over each row's
-# k (k + 1) / 2 candidates at once instead (merge_topk.py's kernel, MERGE_EXTRACT_ELEMENTS
-# candidates a program; the same keys, so the same bits): no step waits on a load, where
-# each of the k steps above waits on one (in small calls, few programs, nothing hides it).
-# 0: never.
-MERGE_EXTRACT_MAX_ROWS = 0
-MERGE_EXTRACT_ELEMENTS = 4096
+# Calls of up to MERGE_EXTRACT_MAX_ROWS rows, of up to MERGE_EXTRACT_MAX_CANDIDATES
+# candidates a row, are merged by k extractions over each row's k (k + 1) / 2 candidates
+# at once instead (merge_topk.py's kernel, MERGE_EXTRACT_ELEMENTS candidates a program,
+# padded to a power of 2; the same keys, so the same bits): no step waits on a load, where
+# each of the k steps above waits on one, and small calls have few programs to hide it.
+# Measured on one H100 (pass 29, r1: docs/h200/pass29/tail_sweep.py, us): at 256 tokens,
+# k = 32, 18.6 against 29.1 (1024 candidates a program: one row; 2048: 24.6, 4096: 35.0),
+# at k = 8 ~10 either way (13.3 -> 11.7 with finalize's labels); at 1024 tokens, k = 32,
+# 45.6 against 32.5: not there. 0: never.
+MERGE_EXTRACT_MAX_ROWS = 256
+MERGE_EXTRACT_MAX_CANDIDATES = 1024
+MERGE_EXTRACT_ELEMENTS = 1024
 
 
 @triton.jit
@@ -100,8 +105,8 @@ def merge_runs(cand_v: torch.Tensor, cand_i: torch.Tensor, vocab: int, k: int,
     ``fin``: the rows' finalize in the same launch, its outputs returned (else None) and
     the values written as log-probs."""
     n_rows = cand_v.shape[0]
-    if n_rows <= MERGE_EXTRACT_MAX_ROWS:
-        width = k * (k + 1) // 2
+    width = k * (k + 1) // 2
+    if n_rows <= MERGE_EXTRACT_MAX_ROWS and width <= MERGE_EXTRACT_MAX_CANDIDATES:
         merged = _launch_merge(cand_v, cand_i, n_rows, vocab, width, 1, k, (0, width, 1), out,
                                MERGE_EXTRACT_ELEMENTS, fin=fin)
         return None if fin is None else merged[2]

@@ -44,10 +44,18 @@ SELECT_MIN_K = 24
 SELECT_ROWS = 2
 SELECT_ELEMENTS = 2048
 SELECT_WARPS = 2  # at least; 32 keys a thread up to 8
-# best_tiles by extractions (k < SELECT_MIN_K): rows a program (None: up to 8, a tile's 8
-# maxima one 32-byte sector) and warps (None: 4 up to 1024 tiles a row, else 8)
-BEST_TILES_ROWS = None
-BEST_TILES_WARPS = None
+# Calls of up to SELECT_SMALL_TOKENS rows: one row a program at 4 warps at least (more
+# programs, each row's 31 counts over more threads). Measured on one H100 (pass 29, r1:
+# docs/h200/pass29/tail_sweep.py, 594 tiles, k = 32): 11.5 us against 15.3 at 256 tokens;
+# at 1024 tokens 20.9 against 17.8, so not there.
+SELECT_SMALL_TOKENS = 256
+# best_tiles by extractions (k < SELECT_MIN_K): rows a program, at most 8 (a tile's 8
+# maxima one 32-byte sector) and one per BEST_TILES_ROW_TOKENS rows of the call (more,
+# smaller programs in small calls; None: 8 whatever the call, as before pass 29).
+# Measured on one H100 (pass 29, r1, 594 tiles, k = 8, us): 1 / 2 / 4 / 8 rows a program
+# 7.0 / 7.6 / 11.1 / 15.5 at 256 tokens, - / 14.1 / 13.5 / 16.0 at 1024, - / 76.9 / 62.8
+# / 64.9 at 8192 (8 rows at 4 warps spill: 255 registers, compiled for sm_90a).
+BEST_TILES_ROW_TOKENS = 256
 # The key below every candidate's (-2^63: a real key's high half is a float's, whose
 # -inf / NaN are above INT32_MIN): places past a row's candidates, and taken keys.
 NONE_KEY = tl.constexpr(-9223372036854775807 - 1)
@@ -236,7 +244,7 @@ def select_tiles_kernel(tile_max_ptr, packed_ptr, second_ptr, out_v_ptr, out_i_p
 
 
 def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides, out,
-                  elements, codes=0, block_v=0, second=None, fin=None, warps=None):
+                  elements, codes=0, block_v=0, second=None, fin=None):
     """``codes`` (1, 2): ``part_i`` is best_tiles' packed second (third) maxima, with
     ``second`` its exact second maxima for 2, the ids written are codes (CODES); else its
     ids, or None: the ids are the slots. ``fin`` (not with codes): the rows' finalize in
@@ -255,7 +263,7 @@ def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides
         width_split, k, splits, *strides, block_v, *fin_args, BLOCK_R=block_r, WIDTH=width,
         PAD=PAD_ID, SLOT_IDS=bool(codes) or part_i is None, CODES=codes,
         KP=next_power_of_2(k) if codes else 1, **fin_flags,
-        num_warps=warps or (4 if width <= 1024 else 8))
+        num_warps=4 if width <= 1024 else 8)
     return (values, ids) if fin is None else (values, ids, finalized)
 
 
@@ -297,6 +305,8 @@ def best_tiles(tile_max: torch.Tensor, k: int, tile_second: torch.Tensor | None 
         width = next_power_of_2(max(num_t, k))
         rows = max(1, min(SELECT_ROWS, SELECT_ELEMENTS // width))
         warps = max(SELECT_WARPS, min(8, rows * width // 1024))
+        if n_rows <= SELECT_SMALL_TOKENS:
+            rows, warps = 1, max(warps, 4)
         launch(select_tiles_kernel, (cdiv(n_rows, rows),), tile_max,
                tile_max if tile_second is None else tile_second,
                tile_max if second_exact is None else second_exact, values, ids, n_rows, num_t,
@@ -304,8 +314,9 @@ def best_tiles(tile_max: torch.Tensor, k: int, tile_second: torch.Tensor | None 
                CODES=codes, num_warps=warps)
         return values, ids
     # up to 8 rows a program: a tile's 8 maxima are one 32-byte sector
-    elements = max(MERGE_TOPK_ELEMENTS, min(8 * next_power_of_2(num_t), 8192)) \
-        if BEST_TILES_ROWS is None else BEST_TILES_ROWS * next_power_of_2(num_t)
+    width = next_power_of_2(num_t)
+    elements = max(MERGE_TOPK_ELEMENTS, min(8 * width, 8192))
+    if BEST_TILES_ROW_TOKENS:
+        elements = min(elements, max(1, n_rows // BEST_TILES_ROW_TOKENS) * width)
     return _launch_merge(tile_max, tile_second, n_rows, num_t, num_t, 1, k, (0, 1, n_rows),
-                         None, elements, codes=codes, block_v=block_v, second=second_exact,
-                         warps=BEST_TILES_WARPS)
+                         None, elements, codes=codes, block_v=block_v, second=second_exact)

@@ -70,17 +70,21 @@ RESCAN_STAGES = 3
 # tokens, ~15 segments at k = 8 by docs/cpu/topk_recomputed_tiles.txt), each is a loop of
 # H / BLOCK_K steps on one multiprocessor, and a step waits on its loads.
 # RESCAN_STAGES_SPARSE: the sparse path's pipeline stages (None: as the dense path's,
-# RESCAN_STAGES capped by the forward's; 16-bit operands of one dtype only; 32 KB of shared
-# memory a stage, 6 fit: docs/h200/pass25/aot_sm90.txt). 4 measured on one H100, the same
-# bits (docs/BENCHMARKS.md, pass 27; H = 4096, V = 151936, bf16): the rescan 41.9 -> 34.4
-# us at 256 tokens, k = 8 (40.9 -> 32.0 at k = 32), 63.8 -> 57.8 at 1024 tokens, k = 8,
-# and 0.61-0.63 ms either way at 8192 tokens, k = 32.
-# RESCAN_PREFETCH, an A/B setting, off: each step's hidden rows are a gather (plain loads,
-# which the pipeline does not stage as it does the weight's TMA tiles: the PTX has no
-# cp.async), so True loads the next step's rows during this step's MMA (the same operands,
-# the same bits). Measured with it (pass 27): slower at 256 tokens (34.4 -> 45.3 us at
-# k = 8 with 4 stages), faster at 1024 (57.8 -> 53.8).
-RESCAN_STAGES_SPARSE = 4
+# RESCAN_STAGES capped by the forward's; 16-bit operands of one dtype only). A stage holds
+# the weight's 32 KB tile and the gathered hidden rows' 8 KB (both staged: TMA and
+# cp.async, compiled for sm_90a with the launch's divisibility of the row stride, which
+# docs/h200/pass25/aot_sm90.txt's compile left out, so that it showed the gather as plain
+# loads): 205 KB at 5 stages, 246 at 6, past the 227 KB a block may use. Measured on one
+# H100, the same bits (H = 4096, V = 151936, bf16): 4 (pass 27) against 3, the rescan 41.9
+# -> 34.4 us at 256 tokens, k = 8 (40.9 -> 32.0 at k = 32), 63.8 -> 57.8 at 1024 tokens, k
+# = 8, 0.61-0.63 ms either way at 8192 tokens, k = 32; 5 (pass 29, r1,
+# docs/h200/pass29/tail_sweep.py) against 4, 58.3 -> 54.1 us at 1024 tokens, k = 8, 50.8
+# -> 46.3 at k = 32, at 256 tokens and at 8192 (k = 32) within the run's drift (31.7-37.1
+# us at 256 tokens, k = 8, whatever the setting).
+# RESCAN_PREFETCH, an A/B setting, off: True loads the next step's rows during this step's
+# MMA by hand (the same operands, the same bits). Measured with it (pass 27): slower at
+# 256 tokens (34.4 -> 45.3 us at k = 8 with 4 stages), faster at 1024 (57.8 -> 53.8).
+RESCAN_STAGES_SPARSE = 5
 RESCAN_PREFETCH = False
 # The rescan's memory a launch: its candidates (8 bytes each, k (k + 1) / 2 a row) and the
 # sorted pairs (8 bytes each, k a row): row blocks past its budget, which is what the
