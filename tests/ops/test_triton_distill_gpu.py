@@ -158,19 +158,13 @@ def test_ops_match_torch_impl(monkeypatch):
     (1500, 594, None),  # one block
     # a lone block whose other pairs are past the tiles (known maxima, unfilled): up to
     # SORT_FEW (128) of them placed without the block's sort, one more sorted
-    (2048, 594, 15), (2048, 594, 128), (2048, 594, 129), (777, 594, 1), (64, 5, 0),
-    # lone blocks past SORT_BLOCK (SORT_LONE_BLOCK_MAX): 8192 pairs (256 tokens, k = 32)
-    (8192, 594, 4), (8192, 594, 129), (5000, 594, None)])
-def test_tile_sort_matches_torch_sort(pairs, num_t, with_tile, monkeypatch):
+    (2048, 594, 15), (2048, 594, 128), (2048, 594, 129), (777, 594, 1), (64, 5, 0)])
+def test_tile_sort_matches_torch_sort(pairs, num_t, with_tile):
     """The rescan's counting sort (kernels/tile_sort.py): torch.sort's stable order, and
     its segments' table."""
-    from megatron_overlay.ops.kernels import tile_sort
     from megatron_overlay.ops.kernels.tile_sort import sort_tiles
     from megatron_overlay.ops.topk_merge import PAD_ID
     from tests.support.tile_runs import runs_reference
-
-    if pairs in (8192, 5000):
-        monkeypatch.setattr(tile_sort, "SORT_LONE_BLOCK_MAX", 8192)
 
     g = torch.Generator(device="cuda").manual_seed(pairs)
     tiles = torch.randint(0, num_t, (pairs,), device="cuda", generator=g)

@@ -50,9 +50,6 @@ from .launch import cdiv, interpreting, launch, next_power_of_2
 SORT_BLOCK = 2048
 SORT_BLOCK_INTERPRETED = 64
 SORT_WARPS = 8
-# Pairs up to which one block (of the next power of 2 pairs) takes them all, so that the
-# lone block's paths below apply (0: SORT_BLOCK's blocks always)
-SORT_LONE_BLOCK_MAX = 0
 # At most this many pairs with a tile in a lone block (a power of 2): ranked without the
 # block's sort (above); 0: always sorted. Measured on one H100 (docs/BENCHMARKS.md, pass
 # 25: the top-k at 256 tokens, k = 8, ~15 pairs with a tile of 2048 by
@@ -183,9 +180,7 @@ def sort_tiles(tile_ids: torch.Tensor, num_t: int, seg_rows: int = 128, *,
         raise ValueError(f"{n_pairs} (row, tile) pairs: the sort's int32 positions take "
                          f"fewer than 2^31; use a smaller rescan row block")
     if block is None:
-        block = SORT_BLOCK_INTERPRETED if interpreting() else \
-            max(SORT_BLOCK, next_power_of_2(n_pairs)) if n_pairs <= SORT_LONE_BLOCK_MAX \
-            else SORT_BLOCK
+        block = SORT_BLOCK_INTERPRETED if interpreting() else SORT_BLOCK
     if few is None:
         few = SORT_FEW_INTERPRETED if interpreting() else SORT_FEW
     warps = warps or SORT_WARPS
