@@ -508,6 +508,7 @@ def _worker() -> int:
                 g = torch.Generator().manual_seed(17)
                 same_v = same_i = True
                 default_extract = merge_runs_module.MERGE_EXTRACT_MAX_ROWS
+                default_elements = merge_runs_module.MERGE_EXTRACT_ELEMENTS
                 # both forms: the runs' heads merged, and every candidate's extractions
                 # (small calls; 2 rows a program, so that a call takes several)
                 for (n, k, vocab), extract in itertools.product(
@@ -516,7 +517,6 @@ def _worker() -> int:
                     cand_v, cand_i, nan_rows = candidate_runs(n, k, vocab, g)
                     out = (torch.empty(n, k), torch.empty(n, k, dtype=torch.int64))
                     merge_runs_module.MERGE_EXTRACT_MAX_ROWS = extract
-                    default_elements = merge_runs_module.MERGE_EXTRACT_ELEMENTS
                     merge_runs_module.MERGE_EXTRACT_ELEMENTS = 2 << (
                         k * (k + 1) // 2 - 1).bit_length()
                     try:

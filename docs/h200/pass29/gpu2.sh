@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Pass 29, r2 (one call, after r1's picks became the defaults): the GPU tests of the top-k
-# paths the picks change (the distillation file's merge forms, sort, best tiles, finalize,
-# the stage against torch in bf16, the second maxima; the invariance file's top-k tests
-# in bf16 / fp16), then sync_timeline.py at 256 tokens (pass 28's, the top-k ops and the
-# GEMM: where a synchronized call's time goes now). OUT packed.
-#   [LIMIT=420] bash docs/h200/pass29/gpu2.sh OUT      (from the repo root)
+# Pass 29, r2 (one call, after r1's picks became the defaults; not yet run): the GPU tests
+# that hold the committed rules to the bits (the top-k's invariance across N and across
+# the second-maxima thresholds in bf16, finalize in the last launch, the stage against
+# torch in bf16, best tiles by selection / extraction, merge_runs' two forms at 256
+# tokens), then sync_timeline.py at 256 tokens (pass 28's, the top-k ops and the GEMM:
+# where a synchronized call's time goes now). OUT packed.
+#   [LIMIT=300] bash docs/h200/pass29/gpu2.sh OUT      (from the repo root)
 set -u
 LIMIT=${LIMIT:-300}
 . docs/h200/prologue.sh "$1" r2 docs/h200/pass28 docs/h200/pass29

@@ -51,7 +51,7 @@ SELECT_WARPS = 2  # at least; 32 keys a thread up to 8
 SELECT_SMALL_TOKENS = 256
 # best_tiles by extractions (k < SELECT_MIN_K): rows a program, at most 8 (a tile's 8
 # maxima one 32-byte sector) and one per BEST_TILES_ROW_TOKENS rows of the call (more,
-# smaller programs in small calls; None: 8 whatever the call, as before pass 29).
+# smaller programs in small calls; 0: 8 whatever the call, as before pass 29).
 # Measured on one H100 (pass 29, r1, 594 tiles, k = 8, us): 1 / 2 / 4 / 8 rows a program
 # 7.0 / 7.6 / 11.1 / 15.5 at 256 tokens, - / 14.1 / 13.5 / 16.0 at 1024, - / 76.9 / 62.8
 # / 64.9 at 8192 (8 rows at 4 warps spill: 255 registers, compiled for sm_90a).
