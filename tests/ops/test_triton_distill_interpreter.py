@@ -497,6 +497,15 @@ def _worker() -> int:
                     ref_c = torch.where(ref_i == PAD_ID, PAD_ID, ref_c)
                     same_v &= torch.equal(got_v, ref_v)
                     same_i &= torch.equal(got_c, ref_c)
+                # calls whose rows a program (one per BEST_TILES_ROW_TOKENS rows) round
+                # down to a power of 2: 3 -> 2 at 768 rows, 5 -> 4 at 1280
+                for rows in (768, 1280):
+                    maxima = (torch.randint(-4, 5, (5, rows), generator=g) / 2).float()
+                    got_v, got_i = best_tiles(maxima, 2)
+                    ref_v, ref_i = pad_candidates(*order_candidates(
+                        maxima.t(), torch.arange(5).expand(rows, 5), 2), 2)
+                    same_v &= torch.equal(got_v, ref_v)
+                    same_i &= torch.equal(got_i, ref_i)
                 report[case] = {"stats_err": 0.0, "dtype": "float32",
                                 "values_err": 0.0 if same_v else 1.0, "ids_equal": same_i}
             elif kind == "mergeruns":  # the rescan's k ordered runs a row: merge_topk's bits

@@ -50,8 +50,9 @@ SELECT_WARPS = 2  # at least; 32 keys a thread up to 8
 # at 1024 tokens 20.9 against 17.8, so not there.
 SELECT_SMALL_TOKENS = 256
 # best_tiles by extractions (k < SELECT_MIN_K): rows a program, at most 8 (a tile's 8
-# maxima one 32-byte sector) and one per BEST_TILES_ROW_TOKENS rows of the call (more,
-# smaller programs in small calls; 0: 8 whatever the call, as before pass 29).
+# maxima one 32-byte sector) and one per BEST_TILES_ROW_TOKENS rows of the call, rounded
+# down to a power of 2 (more, smaller programs in small calls; 0: 8 whatever the call,
+# as before pass 29).
 # Measured on one H100 (pass 29, r1, 594 tiles, k = 8, us): 1 / 2 / 4 / 8 rows a program
 # 7.0 / 7.6 / 11.1 / 15.5 at 256 tokens, - / 14.1 / 13.5 / 16.0 at 1024, - / 76.9 / 62.8
 # / 64.9 at 8192 (8 rows at 4 warps spill: 255 registers, compiled for sm_90a).
@@ -254,7 +255,9 @@ def _launch_merge(part_v, part_i, n_rows, vocab, width_split, splits, k, strides
         torch.empty(n_rows, k, dtype=torch.float32, device=part_v.device),
         torch.empty(n_rows, k, dtype=torch.int64, device=part_v.device))
     width = next_power_of_2(splits * width_split)
+    # a power of 2 (tl.arange's range): best_tiles' elements are rows x width for any rows
     block_r = max(1, min(64, elements // width))
+    block_r = 1 << (block_r.bit_length() - 1)
     programs = cdiv(n_rows, block_r)
     finalized, fin_args, fin_flags = finalize_outputs(fin, n_rows, programs, part_v)
     launch(merge_topk_kernel, (programs,),
