@@ -36,6 +36,8 @@
 # (docs/BENCHMARKS.md says how they are made).
 # PACK=1 leaves OUT as one tarball (the device tool returns a limited number of files).
 set -u
+# pytest under `timeout -s INT`: at the limit it stops as on Ctrl-C and still prints the
+# failures so far (a plain TERM leaves only its dots: pass 30, r1)
 MODE=$1; shift
 OUT=${*: -1}; mkdir -p "$OUT"
 # NVLink multicast stays off (the machine's notes); keep it so in every child process
@@ -66,7 +68,7 @@ verify)
   export PYTHONPATH=$site:$PWD
   # VERIFY_TESTS: a part of them (153 `gpu` tests take a fresh H100 past one call's 10
   # minutes, 2026-12-05); DEMO=0 skips the demo
-  timeout "${PYTEST_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -rs -m gpu \
+  timeout -s INT -k 20 "${PYTEST_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -rs -m gpu \
     ${VERIFY_TESTS:-tests/ops tests/core/test_multi_gpu.py} 2>&1 | tee "$OUT/pytest.txt" |
     tail -25
   [ "${DEMO:-1}" = 0 ] ||
@@ -128,7 +130,7 @@ multi-gpu)
       export PYTHONPATH=$site:$PWD
       python3 -m megatron_overlay.cli patch --site $site
       python3 -m megatron_overlay.cli status --site $site
-      timeout 480 python3 -m pytest -q -s -rs -p no:cacheprovider tests/core/test_multi_gpu.py \
+      timeout -s INT -k 20 480 python3 -m pytest -q -s -rs -p no:cacheprovider tests/core/test_multi_gpu.py \
         tests/core/test_tp_matches_tp1.py tests/core/test_schedule_plan.py
       echo "pytest rc=$?"
       # the op does not depend on the core: one TP timing per machine
@@ -150,7 +152,7 @@ heads)
 modes)
   install_upstream 0.19.2 "$1" /tmp/site || exit 1
   export PYTHONPATH=/tmp/site:$PWD CUDA_VISIBLE_DEVICES=0
-  [ "${TESTS:-1}" = 0 ] || timeout "${PYTEST_TIMEOUT:-330}" python3 -m pytest -q -s -rs \
+  [ "${TESTS:-1}" = 0 ] || timeout -s INT -k 20 "${PYTEST_TIMEOUT:-330}" python3 -m pytest -q -s -rs \
     -p no:cacheprovider -m gpu tests/ops/test_head_precision.py tests/ops/test_cuda_graphs.py \
     tests/ops/test_batch_invariance_gpu.py tests/ops/test_triton_gpu.py \
     tests/ops/test_triton_distill_gpu.py 2>&1 | tee "$OUT/pytest.txt" |
@@ -166,7 +168,7 @@ modes)
 distill)
   install_upstream 0.19.2 "$1" /tmp/site || exit 1
   export PYTHONPATH=/tmp/site:$PWD CUDA_VISIBLE_DEVICES=0
-  [ "${TESTS:-1}" = 0 ] || timeout "${PYTEST_TIMEOUT:-480}" python3 -m pytest -q -rs \
+  [ "${TESTS:-1}" = 0 ] || timeout -s INT -k 20 "${PYTEST_TIMEOUT:-480}" python3 -m pytest -q -rs \
     -p no:cacheprovider -m gpu tests/ops/test_triton_distill_gpu.py \
     tests/ops/test_batch_invariance_gpu.py tests/ops/test_cuda_graphs.py \
     tests/ops/test_triton_gpu.py 2>&1 | tee "$OUT/pytest.txt" | tail -15
@@ -188,7 +190,7 @@ suite)
   export PYTHONPATH=$site:$PWD
   part() {  # NAME FILES...: one pytest process, its log OUT/pytest_NAME.txt
     local name=$1; shift
-    timeout "${PART_TIMEOUT:-500}" python3 -m pytest -q -p no:cacheprovider -rs -m gpu "$@" \
+    timeout -s INT -k 20 "${PART_TIMEOUT:-500}" python3 -m pytest -q -p no:cacheprovider -rs -m gpu "$@" \
       > "$OUT/pytest_$name.txt" 2>&1
     echo "part $name rc=$?" >> "$OUT/pytest_$name.txt"
   }

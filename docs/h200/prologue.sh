@@ -3,7 +3,9 @@
 # call's limit in s, $LIMIT or 400), left() (the seconds to L, less $1), the Triton cache
 # and unbuffered Python; writes R/sources.txt (sha1 of the package, tools, tests and
 # the given script folders' Python) and R/host.txt (GPU, clocks, power limit, CPU model,
-# torch and Triton versions).
+# torch and Triton versions). Give pytest `timeout -s INT`: at the limit it stops as on
+# Ctrl-C and still prints the failures so far (a plain TERM leaves only its dots: pass 30,
+# r1).
 #   . docs/h200/prologue.sh OUT RUN [FOLDER...]      (from the repo root)
 OUT=$1; R=$1/$2; shift 2; mkdir -p "$R"; L=${LIMIT:-400}
 left() { local s=$(( L - ${1:-0} - SECONDS )); echo $(( s > 10 ? s : 10 )); }
