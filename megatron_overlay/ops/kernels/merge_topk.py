@@ -49,10 +49,11 @@ SELECT_WARPS = 2  # at least; 32 keys a thread up to 8
 # docs/h200/pass29/tail_sweep.py, 594 tiles, k = 32): 11.5 us against 15.3 at 256 tokens;
 # at 1024 tokens 20.9 against 17.8, so not there.
 SELECT_SMALL_TOKENS = 256
-# best_tiles by extractions (k < SELECT_MIN_K): rows a program, at most 8 (a tile's 8
-# maxima one 32-byte sector) and one per BEST_TILES_ROW_TOKENS rows of the call, rounded
-# down to a power of 2 (more, smaller programs in small calls; 0: 8 whatever the call,
-# as before pass 29).
+# best_tiles by extractions (k < SELECT_MIN_K): rows a program, 8 where a row has 512
+# tiles or more (a tile's 8 maxima one 32-byte sector; more rows for fewer tiles, up to
+# MERGE_TOPK_ELEMENTS a program), and at most one per BEST_TILES_ROW_TOKENS rows of the
+# call, rounded down to a power of 2 (more, smaller programs in small calls; 0: off, as
+# before pass 29).
 # Measured on one H100 (pass 29, r1, 594 tiles, k = 8, us): 1 / 2 / 4 / 8 rows a program
 # 7.0 / 7.6 / 11.1 / 15.5 at 256 tokens, - / 14.1 / 13.5 / 16.0 at 1024, - / 76.9 / 62.8
 # / 64.9 at 8192 (8 rows at 4 warps spill: 255 registers, compiled for sm_90a).
@@ -316,7 +317,7 @@ def best_tiles(tile_max: torch.Tensor, k: int, tile_second: torch.Tensor | None 
                k, block_v, BLOCK_R=rows, WIDTH=width, KP=next_power_of_2(k), PAD=PAD_ID,
                CODES=codes, num_warps=warps)
         return values, ids
-    # up to 8 rows a program: a tile's 8 maxima are one 32-byte sector
+    # 8 rows a program from 512 tiles: a tile's 8 maxima are one 32-byte sector
     width = next_power_of_2(num_t)
     elements = max(MERGE_TOPK_ELEMENTS, min(8 * width, 8192))
     if BEST_TILES_ROW_TOKENS:
