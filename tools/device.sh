@@ -36,8 +36,6 @@
 # (docs/BENCHMARKS.md says how they are made).
 # PACK=1 leaves OUT as one tarball (the device tool returns a limited number of files).
 set -u
-# pytest under `timeout -s INT`: at the limit it stops as on Ctrl-C and still prints the
-# failures so far (a plain TERM leaves only its dots: pass 30, r1)
 MODE=$1; shift
 OUT=${*: -1}; mkdir -p "$OUT"
 # NVLink multicast stays off (the machine's notes); keep it so in every child process
@@ -47,6 +45,12 @@ export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache PYTHONPATH=$PWD
     --format=csv; python3 -c 'import torch, triton; print("torch", torch.__version__,
   "triton", triton.__version__, "gpus", torch.cuda.device_count())'; } 2>&1 | tee "$OUT/machine.txt"
 bench() { python3 -m tools.bench "$@"; }
+pytest_for() {  # SECONDS ARGS...: pytest, stopped at SECONDS by SIGINT as on Ctrl-C, so
+  # that it still prints the failures so far (a plain TERM leaves only its dots: pass 30,
+  # r1); killed 20 s later if it hangs
+  local limit=$1; shift
+  timeout -s INT -k 20 "$limit" python3 -m pytest "$@"
+}
 install_upstream() {  # RELEASE WHEELS SITE: upstream's wheel, as it is
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$3" \
     "$2"/megatron_core-"$1"-*.whl
@@ -68,7 +72,7 @@ verify)
   export PYTHONPATH=$site:$PWD
   # VERIFY_TESTS: a part of them (153 `gpu` tests take a fresh H100 past one call's 10
   # minutes, 2026-12-05); DEMO=0 skips the demo
-  timeout -s INT -k 20 "${PYTEST_TIMEOUT:-330}" python3 -m pytest -q -p no:cacheprovider -rs -m gpu \
+  pytest_for "${PYTEST_TIMEOUT:-330}" -q -p no:cacheprovider -rs -m gpu \
     ${VERIFY_TESTS:-tests/ops tests/core/test_multi_gpu.py} 2>&1 | tee "$OUT/pytest.txt" |
     tail -25
   [ "${DEMO:-1}" = 0 ] ||
@@ -130,7 +134,7 @@ multi-gpu)
       export PYTHONPATH=$site:$PWD
       python3 -m megatron_overlay.cli patch --site $site
       python3 -m megatron_overlay.cli status --site $site
-      timeout -s INT -k 20 480 python3 -m pytest -q -s -rs -p no:cacheprovider tests/core/test_multi_gpu.py \
+      pytest_for 480 -q -s -rs -p no:cacheprovider tests/core/test_multi_gpu.py \
         tests/core/test_tp_matches_tp1.py tests/core/test_schedule_plan.py
       echo "pytest rc=$?"
       # the op does not depend on the core: one TP timing per machine
@@ -152,7 +156,7 @@ heads)
 modes)
   install_upstream 0.19.2 "$1" /tmp/site || exit 1
   export PYTHONPATH=/tmp/site:$PWD CUDA_VISIBLE_DEVICES=0
-  [ "${TESTS:-1}" = 0 ] || timeout -s INT -k 20 "${PYTEST_TIMEOUT:-330}" python3 -m pytest -q -s -rs \
+  [ "${TESTS:-1}" = 0 ] || pytest_for "${PYTEST_TIMEOUT:-330}" -q -s -rs \
     -p no:cacheprovider -m gpu tests/ops/test_head_precision.py tests/ops/test_cuda_graphs.py \
     tests/ops/test_batch_invariance_gpu.py tests/ops/test_triton_gpu.py \
     tests/ops/test_triton_distill_gpu.py 2>&1 | tee "$OUT/pytest.txt" |
@@ -168,7 +172,7 @@ modes)
 distill)
   install_upstream 0.19.2 "$1" /tmp/site || exit 1
   export PYTHONPATH=/tmp/site:$PWD CUDA_VISIBLE_DEVICES=0
-  [ "${TESTS:-1}" = 0 ] || timeout -s INT -k 20 "${PYTEST_TIMEOUT:-480}" python3 -m pytest -q -rs \
+  [ "${TESTS:-1}" = 0 ] || pytest_for "${PYTEST_TIMEOUT:-480}" -q -rs \
     -p no:cacheprovider -m gpu tests/ops/test_triton_distill_gpu.py \
     tests/ops/test_batch_invariance_gpu.py tests/ops/test_cuda_graphs.py \
     tests/ops/test_triton_gpu.py 2>&1 | tee "$OUT/pytest.txt" | tail -15
@@ -190,7 +194,7 @@ suite)
   export PYTHONPATH=$site:$PWD
   part() {  # NAME FILES...: one pytest process, its log OUT/pytest_NAME.txt
     local name=$1; shift
-    timeout -s INT -k 20 "${PART_TIMEOUT:-500}" python3 -m pytest -q -p no:cacheprovider -rs -m gpu "$@" \
+    pytest_for "${PART_TIMEOUT:-500}" -q -p no:cacheprovider -rs -m gpu "$@" \
       > "$OUT/pytest_$name.txt" 2>&1
     echo "part $name rc=$?" >> "$OUT/pytest_$name.txt"
   }
