@@ -140,7 +140,7 @@ class _FakeCudaEvent:
     its first record (as CUDA's: recording it on another device's stream raises), and a
     synchronize that lets other threads run (torch's releases the GIL)."""
 
-    current = 0  # the "current CUDA device" the fake torch.cuda.current_device returns
+    current = 0  # the "current CUDA device" the fake label_check._current_device returns
 
     def __init__(self):
         self.device = None
@@ -166,7 +166,7 @@ def fake_cuda_records(monkeypatch):
     plain CPU buffers in the pool (no pinned allocation) and fake events."""
     from megatron_overlay.ops import label_check
     monkeypatch.setattr(torch.cuda, "Event", _FakeCudaEvent)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: _FakeCudaEvent.current)
+    monkeypatch.setattr(label_check, "_current_device", lambda: _FakeCudaEvent.current)
     monkeypatch.setattr(label_check, "_current_stream",
                         lambda device: __import__("types").SimpleNamespace(device_index=device))
     monkeypatch.setattr(label_check, "_free_buffers", {})
@@ -224,6 +224,39 @@ def test_records_from_many_threads_are_each_raised_once(fake_cuda_records):
     assert len(pooled) == len(set(pooled)) and not label_check._lent
 
 
+def test_a_pooled_record_is_read_by_its_own_rows_counts(fake_cuda_records, monkeypatch):
+    """The poll reads a pooled record's counts through the buffer's kept memoryview (no
+    numpy, no slice a call): the count column of the record's rows only. The pooled
+    buffer (4 rows) is left full of a bad record by an earlier, longer call; a 3-row call
+    whose kernel writes its rows clean reads clean, one that counts a bad id in its second
+    row names that row's ids (read in full only then), and each call gets the same view of
+    the buffer."""
+    label_check = fake_cuda_records
+    stale = torch.full((4, 4), 7, dtype=torch.int64)
+    label_check._free_buffers[4] = [label_check._Pinned(stale)]
+    full_reads = []
+    raise_if_bad = label_check._raise_if_bad
+    monkeypatch.setattr(label_check, "_raise_if_bad",
+                        lambda *a, **k: full_reads.append(1) or raise_if_bad(*a, **k))
+    clean = [0, label_check._I64_MAX, -label_check._I64_MAX, 0]  # a clean kernel row
+    views = []
+    for rows_written, raises in (([clean] * 3, False), ([clean, [2, -5, 12, 300], clean], True)):
+        rec = label_check.host_record(3, torch.device("cpu"))
+        views.append(rec)
+        assert rec.shape == (3, 4) and rec.data_ptr() == stale.data_ptr()
+        rec.copy_(torch.tensor(rows_written))  # what the kernel writes: its 3 rows
+        label_check.defer_record(rec, torch.zeros(3, dtype=torch.long), 10, -100)
+        if raises:
+            with pytest.raises(ValueError, match=r"2 label id\(s\) outside \[0, 10\).*"
+                                                 r"smallest -5, largest 12, first at token 300"):
+                label_check.check_labels()
+        else:
+            label_check.check_labels()  # row 3's stale 7s are not the record's
+            assert not full_reads  # the counts alone said clean
+    assert views[0] is views[1] and full_reads == [1]
+    assert [b.buf is stale for b in label_check._free_buffers[4]] == [True]
+
+
 def test_pooled_events_stay_on_their_device(fake_cuda_records):
     """One process, two GPUs (a teacher's top-k on one, the student on the other): an event
     recorded on device 0 is never recorded again on device 1."""
@@ -278,7 +311,7 @@ def test_a_captured_record_reads_clean_until_a_replay_writes_it(fake_cuda_record
     the buffer never goes back to the pool (every replay writes it)."""
     label_check = fake_cuda_records
     stale = torch.full((1, 4), 7, dtype=torch.int64)  # a bad record: 7 ids, 7 to 7
-    label_check._free_buffers[1] = [stale]
+    label_check._free_buffers[1] = [label_check._Pinned(stale)]
     rec = _captured_call(label_check, capturing)
     assert rec.data_ptr() == stale.data_ptr() and not label_check._pending
     label_check.check_labels()  # before the first replay: clean, not the stale 7s
@@ -291,7 +324,7 @@ def test_a_captured_record_reads_clean_until_a_replay_writes_it(fake_cuda_record
         label_check.check_labels()
     _one_call(label_check, None)  # an eager call after it: a new buffer, the pool's own
     label_check.check_labels()
-    assert all(b.data_ptr() != stale.data_ptr()
+    assert all(b.buf.data_ptr() != stale.data_ptr()
                for bufs in label_check._free_buffers.values() for b in bufs)
     assert not label_check._lent
 
