@@ -323,15 +323,15 @@ def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
 
 
 def test_distillation_table_of_a_stored_gpu_run(tmp_path, capsys, monkeypatch):
-    # the README's one-run table (pass 30, r1, one H200, the harness's final schedule; the
-    # call's limit stopped it before its fourth shape) from its results.json, as the README
-    # prints it; a read-only command: nothing written, no out folder made
+    # the README's one-run table (pass 31, r1, one H100, the harness's final schedule, all
+    # four shapes) from its results.json, as the README prints it; a read-only command:
+    # nothing written, no out folder made
     monkeypatch.chdir(tmp_path)
-    stored = REPO / "docs/h200/pass30/h200/r1/distill/results.json"
+    stored = REPO / "docs/h200/pass31/h100/r1/distill/results.json"
     assert bench(["distill", "--table", str(stored)]) == 0
     assert not any(tmp_path.iterdir())
     table = capsys.readouterr().out
-    assert table.startswith("NVIDIA H200, torch 2.11.0+cu130, 2026-12-07 17:35 UTC")
+    assert table.startswith("NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, 2026-12-07 21:34 UTC")
     readme = (REPO / "README.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("|")]
     assert len(rows) == 15 + 15 + 15 and all(line in readme for line in rows)
@@ -341,7 +341,7 @@ def test_distillation_table_of_a_stored_gpu_run(tmp_path, capsys, monkeypatch):
         return [cell.strip() for cell in line.strip("|").split("|")]
 
     head = next(line for line in lines if line.startswith("| N, H, V:"))
-    assert head.count("|") == 5  # three shapes
+    assert head.count("|") == 6  # four shapes
     run = json.loads(stored.read_text())
     row = next(r for r in run["results"] if r.get("k") == 32 and r["shape"][0] == 16384)
     rec = row["topk_ours"]

@@ -5,11 +5,11 @@
 # first launch, a burst's host time); then the GPU tests of the label records (CUDA
 # graphs, the pinned pool, bad labels and ids), to the call's limit. BASE holds 12200e7's
 # package as megatron_overlay_base. OUT packed.
-#   [LIMIT=300] bash docs/h200/pass31/gpu3.sh BASE OUT      (from the repo root)
+#   [LIMIT=160] bash docs/h200/pass31/gpu3.sh BASE OUT      (from the repo root)
 set -u
-BASE=$1; LIMIT=${LIMIT:-300}
+BASE=$1; LIMIT=${LIMIT:-160}
 . docs/h200/prologue.sh "$2" r4 docs/h200/pass28 docs/h200/pass31
-PYTHONPATH=$PWD:$BASE timeout $(left 120) python3 docs/h200/pass28/host_ab.py "$R/host_ab.json" \
+PYTHONPATH=$PWD:$BASE timeout $(left 70) python3 docs/h200/pass28/host_ab.py "$R/host_ab.json" \
   > "$R/host_ab.log" 2>&1
 echo "host_ab rc=$? at ${SECONDS}s"; grep -E "DIFFER|Error|^time" "$R/host_ab.log"
 echo "bits same: $(grep -c ': same$' "$R/host_ab.log")"
