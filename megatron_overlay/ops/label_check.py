@@ -75,6 +75,13 @@ _graph_records: list = []
 # in the driver at its first record.
 _free_buffers: dict = {}    # rows (a power of 2) -> [_Pinned]
 _lent: dict = {}            # data_ptr -> (_Pinned, lent in a capture), not yet queued
+# an event records on its device's streams only: pooled per CUDA device index
+_free_events: dict = {}     # device index -> [torch.cuda.Event]
+# The queues and pools above are shared by every thread that runs the ops (a trainer's and
+# an inference thread's, say): each read-modify-write of them holds this lock; no wait on
+# the GPU happens under it.
+_lock = threading.Lock()
+# message(count, low, high, first, deferred=...) -> str: one per kind of record
 
 
 class _Pinned:
@@ -94,13 +101,6 @@ class _Pinned:
         if view is None:
             view = self.views[rows] = self.buf[:rows]
         return view
-# an event records on its device's streams only: pooled per CUDA device index
-_free_events: dict = {}     # device index -> [torch.cuda.Event]
-# The queues and pools above are shared by every thread that runs the ops (a trainer's and
-# an inference thread's, say): each read-modify-write of them holds this lock; no wait on
-# the GPU happens under it.
-_lock = threading.Lock()
-# message(count, low, high, first, deferred=...) -> str: one per kind of record
 
 
 # torch.cuda.current_device() without its Python wrapper's lazy-init check (the ops'
@@ -387,8 +387,8 @@ def poll(wait: bool = False, at_most: int | None = None) -> None:
         try:
             if event is not None and wait:
                 event.synchronize()  # outside the lock: other threads go on meanwhile
-            # a pooled record reads clean through its counts (below the lock: the buffer
-            # is this thread's until given back); a bad one, or another, as before
+            # a pooled record reads clean through its counts (outside the lock: the
+            # buffer is this thread's until given back); a bad one, or another, as before
             if buf is None or any(buf.counts[:host.shape[0]]):
                 _raise_if_bad(host, message, deferred=True)
         finally:  # read: the buffer and event serve a later call
