@@ -314,11 +314,20 @@ def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
             # --sync: the single synchronized calls' ratio beside the bursts'
             x, lo, hi = rec["sync_x"]
             assert lo <= x <= hi and rec["sync_ms"] > 0
+            # and a synchronized call's host time (the GPU idle), beside a burst's
+            assert rec["sync_host_ms"] > 0 and rec["host_ms"] > 0
+    assert floors["gemm"]["sync_host_ms"] > 0
     # table.md: a row per op (and k), a column per shape, both protocols in each cell
     table = (out / "table.md").read_text()
     assert "distill --device cpu" in table and "single synchronized calls" in table
     cell = f"{rows[4]['topk_ours']['x_floor']:.3f} / {rows[4]['topk_ours']['sync_x'][0]:.3f}"
     assert f"| top-k k = 4 fwd | {cell} |" in table
+    # the host table: a burst's / a synchronized call's host ms / extra memory ("-" on CPU)
+    assert "a burst's first calls, the GPU busy / a synchronized call's, the GPU idle" in table
+    rec = rows[4]["topk_ours"]
+    assert f"| top-k k = 4 fwd | {rec['host_ms']:.2f} / {rec['sync_host_ms']:.2f} / - |" in table
+    gemm = floors["gemm"]
+    assert f"| the floor, fwd | {gemm['host_ms']:.2f} / {gemm['sync_host_ms']:.2f} / - |" in table
     assert "| log-prob fwd+bwd |" in table and "| log-prob fwd+bwd | error" not in table
 
 

@@ -10,7 +10,8 @@ outside the timed calls into an [N] tensor as a caller holds labels; loss
 sum(log_probs) + sum(entropy)), which take no k: timed once a shape, in the first k's
 row. Timed by tools/bench/timing.py (bursts; ``host_ms``: a call's enqueue time over a
 burst's first calls, timing.HOST_CALLS), with ``--sync`` also as single synchronized
-calls (``sync_ms``, ``sync_x``: the other protocol); the floor's bursts (blocks of single
+calls (``sync_ms``, ``sync_x``: the other protocol; ``sync_host_ms``: a synchronized
+call's enqueue time, the GPU idle); the floor's bursts (blocks of single
 calls) run before every method's and after the last, and each round's ratios are over
 the median of them (``--floor-bursts once``: one floor burst a round); then peak extra
 memory (for top-k, also beyond its outputs) and checks of the first rows against fp64.
@@ -250,7 +251,8 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
     for name in ("gemm", "gemm_fb") if fb else ("gemm",):
         results.append({"shape": [n, h, v], "method": name, **timing.summarize(got[name]),
                         **({"sync_ms": single[name].median_ms,
-                            "sync_calls": len(single[name].ms) * single[name].calls}
+                            "sync_calls": len(single[name].ms) * single[name].calls,
+                            "sync_host_ms": single[name].median_host_ms}
                            if name in single else {})})
         # a single synchronized GEMM has run 2-4% faster than its bursts on an H200
         # (docs/BENCHMARKS.md, pass 7): the synchronized ratios' reference moves with it
@@ -275,6 +277,7 @@ def run_shape(n, h, v, ks, args, clocks, results, log):
             if f"{base}@{k}" in single_ratios:
                 rec["sync_ms"] = single[f"{base}@{k}"].median_ms
                 rec["sync_x"] = list(single_ratios[f"{base}@{k}"])
+                rec["sync_host_ms"] = single[f"{base}@{k}"].median_host_ms
             counterpart = next((f"{b}@{k}" for b, o in BASE_OF.items() if o == base), None)
             if counterpart in got and not got[counterpart].error:  # --baseline: ours / base
                 pair = {f"{base}@{k}": t, counterpart: got[counterpart]}
@@ -373,12 +376,19 @@ def table(run: dict) -> str:
         sync = ratio(rec, "sync_x")
         return ratio(rec, "x_floor") + (f" / {sync}" if sync else "")
 
+    # runs since pass 31's harness keep the synchronized calls' host time too (the GPU idle)
+    idle_host = any("sync_host_ms" in rec for per in ops.values() for rec in per.values())
+
+    def host_ms(rec, key):
+        return f"{rec[key]:.2f}" if rec.get(key) is not None else "-"
+
     def host_memory(rec):
         if "error" in rec:
             return "error"
         mib = rec.get("extra_beyond_outputs_mib")
-        return (f"{rec['host_ms']:.2f}" if rec.get("host_ms") is not None else "-") + \
-            " / " + ("-" if mib is None else f"{mib:.1f}")
+        return host_ms(rec, "host_ms") + (f" / {host_ms(rec, 'sync_host_ms')}" if idle_host
+                                          else "") + " / " + ("-" if mib is None
+                                                              else f"{mib:.1f}")
 
     def floor_rows(cell, suffix=""):
         # the floor's rows of a table (fwd, fwd+bwd), where the run timed them
@@ -390,7 +400,10 @@ def table(run: dict) -> str:
         # the bare GEMMs' own host time: what a host this fast takes for one cuBLAS call,
         # beside which the ops' host times (and the small calls' synchronized ratios) read
         r = floor.get((name, s))
-        return "" if r is None or r.get("host_ms") is None else f"{r['host_ms']:.2f} / -"
+        if r is None or r.get("host_ms") is None:
+            return ""
+        return host_ms(r, "host_ms") + (f" / {host_ms(r, 'sync_host_ms')}" if idle_host
+                                        else "") + " / -"
 
     def gemm_ms(name, s):
         r = floor.get((name, s))
@@ -433,9 +446,10 @@ def table(run: dict) -> str:
         "",
         markdown(head, cells(times) + floor_rows(gemm_ms, ": ms")),
         "",
-        "Host time a call in ms (a burst's first calls) / peak extra memory in MiB (top-k: "
-        "beyond its outputs; fwd+bwd: the gradients included; the floor: its GEMMs' host "
-        "time, the host's speed):",
+        "Host time a call in ms (a burst's first calls" + (
+            ", the GPU busy / a synchronized call's, the GPU idle" if idle_host else "") +
+        ") / peak extra memory in MiB (top-k: beyond its outputs; fwd+bwd: the gradients "
+        "included; the floor: its GEMMs' host time, the host's speed):",
         "",
         markdown(head, cells(host_memory) + floor_rows(floor_host)),
     ] + ([

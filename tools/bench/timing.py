@@ -51,6 +51,10 @@ class Timing:
     def median_ms(self):
         return statistics.median(self.ms) if self.ms else None
 
+    @property
+    def median_host_ms(self):
+        return statistics.median(self.host_ms) if self.host_ms else None
+
 
 # The host's enqueue time is taken over a burst's first calls only: a burst of a fast
 # method (N = 256: ~550 calls, 2-8 launches each) fills the GPU's launch queue (~1024
@@ -218,7 +222,10 @@ def synchronized(fns: dict, inputs, rounds: int, reference: str, *, clocks=None,
             try:
                 burst(fn, inputs, 1, r, cuda=cuda)  # untimed: the GPU's state after it
                 t0 = time.perf_counter()
-                block = [burst(fn, inputs, 1, r + i + 1, cuda=cuda) for i in range(per_block)]
+                # each call's host time too: its enqueue time with the GPU idle (a burst's
+                # first calls queue behind a busy GPU: docs/BENCHMARKS.md, pass 31)
+                block = [burst(fn, inputs, 1, r + i + 1, host=t.host_ms, cuda=cuda)
+                         for i in range(per_block)]
             except Exception as e:  # as interleaved: recorded, the others go on
                 t.error = f"{type(e).__name__}: {str(e)[:300]}"
                 log(f"  {name} (sync): {t.error}")
@@ -260,7 +267,7 @@ def summarize(t: Timing) -> dict:
     return {"ms": t.median_ms, "ms_rounds": [round(x, 3) for x in t.ms], "calls": t.calls,
             "sm_mhz": statistics.median(t.sm_mhz) if t.sm_mhz else None,
             "watts": statistics.median(t.watts) if t.watts else None,
-            "host_ms": statistics.median(t.host_ms) if t.host_ms else None}
+            "host_ms": t.median_host_ms}
 
 
 def timing_options(p: argparse.ArgumentParser, rounds: int = 7) -> None:
