@@ -379,16 +379,15 @@ def table(run: dict) -> str:
     # runs since pass 31's harness keep the synchronized calls' host time too (the GPU idle)
     idle_host = any("sync_host_ms" in rec for per in ops.values() for rec in per.values())
 
-    def host_ms(rec, key):
-        return f"{rec[key]:.2f}" if rec.get(key) is not None else "-"
+    def hosts(rec):  # "burst" or "burst / synchronized", ms
+        got = [rec.get(key) for key in ("host_ms", "sync_host_ms")[:1 + idle_host]]
+        return " / ".join("-" if ms is None else f"{ms:.2f}" for ms in got)
 
     def host_memory(rec):
         if "error" in rec:
             return "error"
         mib = rec.get("extra_beyond_outputs_mib")
-        return host_ms(rec, "host_ms") + (f" / {host_ms(rec, 'sync_host_ms')}" if idle_host
-                                          else "") + " / " + ("-" if mib is None
-                                                              else f"{mib:.1f}")
+        return hosts(rec) + " / " + ("-" if mib is None else f"{mib:.1f}")
 
     def floor_rows(cell, suffix=""):
         # the floor's rows of a table (fwd, fwd+bwd), where the run timed them
@@ -400,10 +399,7 @@ def table(run: dict) -> str:
         # the bare GEMMs' own host time: what a host this fast takes for one cuBLAS call,
         # beside which the ops' host times (and the small calls' synchronized ratios) read
         r = floor.get((name, s))
-        if r is None or r.get("host_ms") is None:
-            return ""
-        return host_ms(r, "host_ms") + (f" / {host_ms(r, 'sync_host_ms')}" if idle_host
-                                        else "") + " / -"
+        return "" if r is None or r.get("host_ms") is None else hosts(r) + " / -"
 
     def gemm_ms(name, s):
         r = floor.get((name, s))
