@@ -379,9 +379,11 @@ def table(run: dict) -> str:
     # runs since pass 31's harness keep the synchronized calls' host time too (the GPU idle)
     idle_host = any("sync_host_ms" in rec for per in ops.values() for rec in per.values())
 
+    host_keys = ("host_ms", "sync_host_ms") if idle_host else ("host_ms",)
+
     def hosts(rec):  # "burst" or "burst / synchronized", ms
-        got = [rec.get(key) for key in ("host_ms", "sync_host_ms")[:1 + idle_host]]
-        return " / ".join("-" if ms is None else f"{ms:.2f}" for ms in got)
+        return " / ".join("-" if rec.get(key) is None else f"{rec[key]:.2f}"
+                          for key in host_keys)
 
     def host_memory(rec):
         if "error" in rec:
