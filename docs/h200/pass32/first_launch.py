@@ -10,7 +10,11 @@ Here every kernels module's ``launch`` raises at its first call, so each call ru
 host path up to its first launch and no kernel ever runs (the GPU idle). For each op at
 N = 256 (H = 4096, V = 151936, bf16, T = 0.7; host_ab.py's calls): the median host time
 to that point over CALLS calls (us), then cProfile over CALLS calls: the functions by own
-time and by inclusive time, us a call (the profiler's own time included).
+time and by inclusive time, us a call (the profiler's own time included). Then the same
+host time with the GPU busy (each 10 calls after enqueueing a 12 ms GEMM), beside
+two primitives timed both ways: a 256 x 594 fp32 ``torch.empty`` on the GPU and pure
+Python (``sum(range(200))``): pass 31 found every launch and allocation, the bare GEMM's
+too, 2-4x dearer behind a busy GPU; this says whether plain Python is too.
 
     PYTHONPATH=. python docs/h200/pass32/first_launch.py OUT.txt      (one GPU)
 
@@ -57,6 +61,29 @@ def to_first_launch(fn):
     raise RuntimeError("the call returned without launching a kernel")
 
 
+def busy_times(fn, gemm, rounds):
+    """us a call of ``fn`` with the GPU busy: 10 calls after each enqueued GEMM."""
+    times = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        gemm()
+        for _ in range(10):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return times
+
+
+def idle_times(fn, calls):
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    return times
+
+
 def main():
     out = open(sys.argv[1], "w")
 
@@ -95,6 +122,19 @@ def main():
                     rows, key=lambda kv: -kv[1][column])[:TOP]:
                 say(f"  {own / CALLS * 1e6:7.2f} {incl / CALLS * 1e6:8.2f} "
                     f"{n_calls / CALLS:5.1f} {os.path.basename(path)}:{line}({func})")
+    if not torch.cuda.is_available():
+        return
+    big = torch.randn(8192, 4096, device="cuda").bfloat16()
+    gemm = lambda: big @ w.T  # noqa: E731  (~12 ms on an H100)
+    primitives = {"torch.empty 256 x 594 fp32 (cuda)":
+                  lambda: torch.empty(594, 256, device=h.device),
+                  "sum(range(200))": lambda: sum(range(200))}
+    for name in OPS:
+        primitives[name + " to the first launch"] = lambda fn=calls[name]: to_first_launch(fn)
+    for name, fn in primitives.items():
+        idle = statistics.median(idle_times(fn, CALLS))
+        busy = statistics.median(busy_times(fn, gemm, CALLS // 10))
+        say(f"== idle / busy: {name}: {idle:.2f} / {busy:.2f} us (medians)")
 
 
 if __name__ == "__main__":
