@@ -7,10 +7,10 @@
 # 2. The GPU tests of the label records (CUDA graphs, the pinned pool, bad labels and ids).
 # 3. What each op's host does before its first launch (first_launch.py).
 # BASE holds 12200e7's package as megatron_overlay_base. OUT packed.
-#   [LIMIT=330] bash docs/h200/pass32/gpu1.sh WHEELS BASE OUT      (from the repo root)
+#   [LIMIT=330] bash docs/h200/pass32/gpu1.sh BASE OUT      (from the repo root)
 set -u
-WHL=$1; BASE=$2; LIMIT=${LIMIT:-330}
-. docs/h200/prologue.sh "$3" r1 docs/h200/pass28 docs/h200/pass32
+BASE=$1; LIMIT=${LIMIT:-330}
+. docs/h200/prologue.sh "$2" r1 docs/h200/pass28 docs/h200/pass32
 PYTHONPATH=$PWD:$BASE timeout 150 python3 docs/h200/pass28/host_ab.py "$R/host_ab.json" \
   > "$R/host_ab.log" 2>&1
 echo "host_ab rc=$? at ${SECONDS}s"; grep -E "DIFFER|Error|^time" "$R/host_ab.log"
