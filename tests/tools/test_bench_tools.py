@@ -332,15 +332,15 @@ def test_cpu_smoke_run_of_the_distillation_benchmark(tmp_path):
 
 
 def test_distillation_table_of_a_stored_gpu_run(tmp_path, capsys, monkeypatch):
-    # the README's one-run table (pass 31, r1, one H100, the harness's final schedule, all
-    # four shapes) from its results.json, as the README prints it; a read-only command:
-    # nothing written, no out folder made
+    # the README's one-run table (pass 32, r2, one H100, the harness's final schedule, all
+    # four shapes, each synchronized call's host time kept) from its results.json, as the
+    # README prints it; a read-only command: nothing written, no out folder made
     monkeypatch.chdir(tmp_path)
-    stored = REPO / "docs/h200/pass31/h100/r1/distill/results.json"
+    stored = REPO / "docs/h200/pass32/h100/r2/distill/results.json"
     assert bench(["distill", "--table", str(stored)]) == 0
     assert not any(tmp_path.iterdir())
     table = capsys.readouterr().out
-    assert table.startswith("NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, 2026-12-07 21:34 UTC")
+    assert table.startswith("NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, 2026-12-08 01:18 UTC")
     readme = (REPO / "README.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("|")]
     assert len(rows) == 15 + 15 + 15 and all(line in readme for line in rows)
@@ -357,15 +357,16 @@ def test_distillation_table_of_a_stored_gpu_run(tmp_path, capsys, monkeypatch):
     cell = f"{rec['x_floor']:.3f} / {rec['sync_x'][0]:.3f}"
     got = next(line for line in lines if line.startswith("| top-k k = 32 fwd |"))
     assert cells(got)[3] == cell  # the third shape's column
-    # host ms / extra MiB beyond the outputs, in the second table
+    # host ms (a burst's, a synchronized call's) / extra MiB beyond the outputs, in the
+    # second table
     second = [line for line in lines if line.startswith("| top-k k = 32 fwd |")][1]
-    assert cells(second)[3] == (f"{rec['host_ms']:.2f} / "
+    assert cells(second)[3] == (f"{rec['host_ms']:.2f} / {rec['sync_host_ms']:.2f} / "
                                 f"{rec['extra_beyond_outputs_mib']:.1f}")
     # the floor's own host time under the ops', the host's speed beside theirs
     gemm = next(r for r in run["results"] if r.get("method") == "gemm"
                 and r["shape"][0] == 16384)
     floor_host = [line for line in lines if line.startswith("| the floor, fwd |")][0]
-    assert cells(floor_host)[3] == f"{gemm['host_ms']:.2f} / -"
+    assert cells(floor_host)[3] == f"{gemm['host_ms']:.2f} / {gemm['sync_host_ms']:.2f} / -"
 
 
 @pytest.mark.parametrize("run, schedule", [

@@ -11,7 +11,7 @@ host path up to its first launch and no kernel ever runs (the GPU idle). For eac
 N = 256 (H = 4096, V = 151936, bf16, T = 0.7; host_ab.py's calls): the median host time
 to that point over CALLS calls (us), then cProfile over CALLS calls: the functions by own
 time and by inclusive time, us a call (the profiler's own time included). Then the same
-host time with the GPU busy (each 10 calls after enqueueing a 12 ms GEMM), beside
+host time with the GPU busy (each 10 calls after enqueueing a ~15 ms GEMM), beside
 two primitives timed both ways: a 256 x 594 fp32 ``torch.empty`` on the GPU and pure
 Python (``sum(range(200))``): pass 31 found every launch and allocation, the bare GEMM's
 too, 2-4x dearer behind a busy GPU; this says whether plain Python is too.
@@ -125,7 +125,7 @@ def main():
     if not torch.cuda.is_available():
         return
     big = torch.randn(8192, 4096, device="cuda").bfloat16()
-    gemm = lambda: big @ w.T  # noqa: E731  (~12 ms on an H100)
+    gemm = lambda: big @ w.T  # noqa: E731  (~15 ms on an H100)
     primitives = {"torch.empty 256 x 594 fp32 (cuda)":
                   lambda: torch.empty(594, 256, device=h.device),
                   "sum(range(200))": lambda: sum(range(200))}
