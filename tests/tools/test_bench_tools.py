@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,43 @@ def test_bracketed_protocols_run_the_floor_around_every_method():
     assert ran == ["gemm"] * 2 + ["a"] * 2 + ["gemm"] * 2 + ["b"] * 2 + ["gemm"] * 2 \
         + ["gemm"] * 2 + ["b"] * 2 + ["gemm"] * 2 + ["a"] * 2 + ["gemm"] * 2
     assert set(ratios) == {"gemm", "a", "b"} and len(got["gemm"].ms) == 2
+
+
+def test_each_timed_burst_starts_after_the_settle_call_outside_its_time():
+    # settle (the benches: methods.read_pending_label_checks) runs before every timed
+    # burst, the floor's included, and its time is in no burst's
+    ran = []
+
+    def settle():
+        ran.append("settle")
+        time.sleep(0.02)  # far above a burst of these calls
+
+    fns = {m: (lambda x, m=m: ran.append(m)) for m in ("gemm", "a")}
+    got = timing.interleaved(fns, [(0,)], 2, burst_ms=0.001, heat_s=0, warmup_calls=0,
+                             cuda=False, log=lambda s: None, bracket="gemm", settle=settle)
+    calls = got["gemm"].calls
+    timed = ran[2:]  # after the sizing calls, which are not settled
+    starts = [i for i, m in enumerate(timed) if m == "settle"]
+    assert len(starts) == 2 * 3  # per round: the floor, a, the floor
+    assert all(timed[i + 1] != "settle" and timed[i + 1:i + 1 + calls].count("settle") == 0
+               for i in starts)
+    assert all(ms < 20.0 for t in got.values() for ms in t.ms)  # settle's 20 ms not in them
+
+
+def test_the_benches_read_every_overlay_package_s_pending_label_checks(monkeypatch):
+    import types
+
+    from tools.bench import methods
+    read = []
+    for package in ("megatron_overlay", "megatron_overlay_base"):
+        fake = types.SimpleNamespace(check_labels=lambda p=package: read.append(p))
+        monkeypatch.setitem(sys.modules, package + ".ops.label_check", fake)
+    methods.read_pending_label_checks()
+    assert read == ["megatron_overlay", "megatron_overlay_base"]
+    monkeypatch.delitem(sys.modules, "megatron_overlay_base.ops.label_check")
+    read.clear()
+    methods.read_pending_label_checks()  # no --baseline: ours only
+    assert read == ["megatron_overlay"]
 
 
 def test_a_method_without_rounds_or_reference_gets_no_ratio():

@@ -50,7 +50,7 @@ from megatron_overlay.ops import batch_invariance, linear_logprobs_at, linear_to
 from . import timing
 from .clocks import ClockSampler
 from .inputs import SHAPES, TEMPERATURE, distill_inputs, shape
-from .methods import import_baseline, peak_extra_gib
+from .methods import import_baseline, peak_extra_gib, read_pending_label_checks
 from .report import Run, markdown
 from .timing import parse_phases, timing_options
 
@@ -210,7 +210,7 @@ def _timed(fns, args, clocks, log, reference):
                               heat_s=args.heat_s, clocks=clocks, log=log,
                               cuda=args.device == "cuda",
                               bracket=reference if args.floor_bursts == "between"
-                              else None)
+                              else None, settle=read_pending_label_checks)
 
 
 def run_shape(n, h, v, ks, args, clocks, results, log):

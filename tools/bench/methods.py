@@ -139,6 +139,20 @@ def import_baseline(folder: Path) -> str:
     return BASE_PACKAGE
 
 
+def read_pending_label_checks() -> None:
+    """Read every label / token-id record still queued by the overlay packages imported
+    (this one and a --baseline's): each op call with labels or ids queues one, which a
+    later call's poll reads once the GPU has written it (ops/label_check.py). A timed
+    burst starts with none pending (timing.interleaved's ``settle``), so that its first
+    calls time their own enqueue, not the reading of up to MAX_PENDING records a previous
+    burst left, which falls on whichever op is called next (docs/BENCHMARKS.md, pass 32).
+    A sync (the burst before has synced already)."""
+    for package in ("megatron_overlay", BASE_PACKAGE):
+        module = sys.modules.get(package + ".ops.label_check")
+        if module is not None:
+            module.check_labels()
+
+
 class Ours(Method):
     """The op of ``package`` (op --baseline: the copy megatron_overlay_base); ``invariant``
     False sets MEGATRON_OVERLAY_BATCH_INVARIANT=0 around each call, ``overrides`` set

@@ -36,7 +36,8 @@ from .timing import timing_options
 from .clocks import ClockSampler
 from .inputs import (ACC_ROWS, LABELS, LOGITS, SHAPES, TEMPERATURE, fp64_reference,
                      loss_coeffs, make_inputs, max_err, op_phases, shape)
-from .methods import BUILTIN, Ours, import_baseline, peak_extra_gib
+from .methods import (BUILTIN, Ours, import_baseline, peak_extra_gib,
+                      read_pending_label_checks)
 from .peers import PEERS
 
 METHODS = {**BUILTIN, **PEERS}
@@ -102,7 +103,7 @@ def bench_shape(n, hdim, v, methods, args, clocks, log):
                                      heat_s=args.heat_s, clocks=clocks, log=log,
                                      cuda=args.device == "cuda",
                                      bracket="gemm" if args.floor_bursts == "between"
-                                     else None)
+                                     else None, settle=read_pending_label_checks)
         ratios = timing.paired_ratios(got, "gemm")
         if args.sync:  # the same methods as single synchronized calls (the host's time shows)
             with ctx():  # those the bursts did not drop (their error is in the row)

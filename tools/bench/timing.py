@@ -99,14 +99,15 @@ def heat(fn, inputs, seconds: float, cuda: bool = True) -> None:
 def interleaved(fns: dict, inputs, rounds: int, *, burst_ms: float = 300.0,
                 heat_s: float = 2.0, warmup_calls: int = 2, clocks=None, single: bool = False,
                 rotate_order: bool = True, cuda: bool = True, log=print,
-                bracket: str | None = None) -> dict:
+                bracket: str | None = None, settle=None) -> dict:
     """Time every fn in ``fns`` (name -> callable) ``rounds`` times, interleaved.
 
     ``single``: one call per timing and a sync after it (the old protocol, kept for
     ``--diagnose``). A method that raises is dropped with its error recorded.
     ``bracket``: the reference's name (one of ``fns``): each round runs it before every
     other method and after the last (``bracketed``); its figure for the round is the
-    median of those bursts, which paired_ratios pairs each method's with."""
+    median of those bursts, which paired_ratios pairs each method's with. ``settle``:
+    called, untimed, before each timed burst (methods.read_pending_label_checks)."""
     out = {name: Timing(name) for name in fns}
     live = []
     for name, fn in fns.items():  # compile, autotune, and size the bursts
@@ -131,6 +132,8 @@ def interleaved(fns: dict, inputs, rounds: int, *, burst_ms: float = 300.0,
 
         def timed(name):
             t = out[name]
+            if settle is not None:
+                settle()
             t0 = time.perf_counter()
             ms = burst(fns[name], inputs, t.calls, r, host=t.host_ms, cuda=cuda)
             t1 = time.perf_counter()
