@@ -146,7 +146,7 @@ def read_pending_label_checks() -> None:
     burst starts with none pending (timing.interleaved's ``settle``), so that its first
     calls time their own enqueue, not the reading of up to MAX_PENDING records a previous
     burst left, which falls on whichever op is called next (docs/BENCHMARKS.md, pass 32).
-    A sync (the burst before has synced already)."""
+    It waits for the GPU, as check_labels() does; after a burst's sync that is no wait."""
     for package in ("megatron_overlay", BASE_PACKAGE):
         module = sys.modules.get(package + ".ops.label_check")
         if module is not None:
